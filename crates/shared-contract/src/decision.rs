@@ -1,0 +1,172 @@
+//! What an evaluation answers: a decision when the provider evaluated the request, or an
+//! honest account of why it could not. A denial is a decision, not an error.
+
+use crate::ids::{PolicyId, PolicyRevision};
+
+/// Who made the decision.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Source {
+    /// The shared Redis state: one answer across every instance.
+    GlobalRedis,
+    /// This process's memory (the local provider).
+    Local,
+    /// This process's memory, standing in for an unavailable global provider.
+    LocalFallback,
+}
+
+impl Source {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Source::GlobalRedis => "global_redis",
+            Source::Local => "local",
+            Source::LocalFallback => "local_fallback",
+        }
+    }
+}
+
+/// How exact the decision is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Certainty {
+    /// Exactly the algorithm's answer over the whole shared state.
+    Certain,
+    /// The algorithm itself estimates (sliding-window counter).
+    ApproximateAlgorithm,
+    /// A local stand-in decided: N instances may admit up to N times the limit.
+    ApproximateFallback,
+}
+
+impl Certainty {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Certainty::Certain => "certain",
+            Certainty::ApproximateAlgorithm => "approximate_algorithm",
+            Certainty::ApproximateFallback => "approximate_fallback",
+        }
+    }
+}
+
+/// An allow or a deny, with what a client needs to behave well.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitDecision {
+    pub allowed: bool,
+    /// The most cost admissible at once (limit, capacity or burst).
+    pub limit: u64,
+    /// Cost still admissible now, after this request.
+    pub remaining: u64,
+    /// Milliseconds until this request (alone) could be admitted; 0 when allowed.
+    pub retry_after_ms: u64,
+    /// Unix ms, by the provider's clock, when the full quota is available again.
+    pub reset_at_ms: u64,
+    pub policy_id: PolicyId,
+    pub revision: PolicyRevision,
+    pub source: Source,
+    pub certainty: Certainty,
+}
+
+/// Why a provider could not even try: known before anything was sent, or the server clock is
+/// unsafe. Nothing was mutated.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnavailableCategory {
+    /// Not connected, or the connection failed before the request was written.
+    Connect,
+    /// The admission bound (`max_in_flight`) was reached.
+    Admission,
+    /// The caller's deadline is shorter than the provider needs.
+    Deadline,
+    /// The server clock went back beyond the policy's `max_clock_regression`.
+    Clock,
+    /// A circuit breaker is open after repeated failures.
+    CircuitOpen,
+    /// The server refused before running anything (loading, out of memory, read-only replica).
+    Server,
+}
+
+impl UnavailableCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            UnavailableCategory::Connect => "connect",
+            UnavailableCategory::Admission => "admission",
+            UnavailableCategory::Deadline => "deadline",
+            UnavailableCategory::Clock => "clock",
+            UnavailableCategory::CircuitOpen => "circuit_open",
+            UnavailableCategory::Server => "server",
+        }
+    }
+}
+
+/// Why state, program or reply do not fit what this build expects.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum IncompatibleCategory {
+    /// Stored state has another schema, algorithm, revision, type or a malformed field.
+    State,
+    /// The program is missing, different, or refused by the server (permissions, version).
+    Program,
+    /// The reply has an unknown shape, status, or a value out of range.
+    Reply,
+}
+
+impl IncompatibleCategory {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            IncompatibleCategory::State => "state",
+            IncompatibleCategory::Program => "program",
+            IncompatibleCategory::Reply => "reply",
+        }
+    }
+}
+
+/// The honest result of an evaluation. Only `Evaluated` carries an allow or a deny; the
+/// other variants say what is known about the state, never an allow.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RateLimitOutcome {
+    Evaluated(RateLimitDecision),
+    /// Known: nothing was mutated.
+    Unavailable {
+        policy_id: PolicyId,
+        retry_after_ms: u64,
+        category: UnavailableCategory,
+    },
+    /// Sent, result unknown: the request may or may not have consumed quota.
+    Indeterminate {
+        policy_id: PolicyId,
+        retry_after_ms: u64,
+    },
+    /// State, program or reply mismatch.
+    Incompatible {
+        policy_id: PolicyId,
+        category: IncompatibleCategory,
+    },
+}
+
+impl RateLimitOutcome {
+    pub fn policy_id(&self) -> &PolicyId {
+        match self {
+            RateLimitOutcome::Evaluated(d) => &d.policy_id,
+            RateLimitOutcome::Unavailable { policy_id, .. }
+            | RateLimitOutcome::Indeterminate { policy_id, .. }
+            | RateLimitOutcome::Incompatible { policy_id, .. } => policy_id,
+        }
+    }
+
+    /// The decision, when there is one.
+    pub fn decision(&self) -> Option<&RateLimitDecision> {
+        match self {
+            RateLimitOutcome::Evaluated(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The outcome's name as reported on the wire and in metrics.
+    pub fn name(&self) -> &'static str {
+        match self {
+            RateLimitOutcome::Evaluated(_) => "evaluated",
+            RateLimitOutcome::Unavailable { .. } => "unavailable",
+            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
+            RateLimitOutcome::Incompatible { .. } => "incompatible",
+        }
+    }
+}

@@ -1,0 +1,250 @@
+//! Newtypes for the values a request carries. Each constructor checks its invariant, so a
+//! value of these types is valid by construction and providers never re-check it.
+
+use std::fmt;
+use std::num::NonZeroU64;
+use std::time::{Duration, Instant};
+
+use crate::exact::MAX_SAFE_INTEGER;
+
+/// Why a request value was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum IdError {
+    #[error("policy id {0:?} must be 1..=64 characters of [a-z0-9_-]")]
+    PolicyId(String),
+    #[error("policy revision must be >= 1")]
+    Revision,
+    #[error("subject digest must be exactly 32 bytes, got {0}")]
+    SubjectDigestLength(usize),
+    #[error("cost {0} must be between 1 and 2^53-1")]
+    Cost(u64),
+    #[error("evaluation id must be 1..=128 bytes of visible ASCII, got {0:?}")]
+    EvaluationId(String),
+    #[error("deadline budget must be > 0 and <= {max_ms} ms, got {got_ms} ms")]
+    Deadline { got_ms: u128, max_ms: u64 },
+}
+
+/// A policy identifier: 1..=64 characters of `[a-z0-9_-]`, safe in keys, metrics and logs.
+#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct PolicyId(Box<str>);
+
+impl PolicyId {
+    /// Largest accepted length in bytes.
+    pub const MAX_LEN: usize = 64;
+
+    /// # Errors
+    /// [`IdError::PolicyId`] when `value` is empty, too long, or has a character outside
+    /// `[a-z0-9_-]`.
+    pub fn new(value: &str) -> Result<Self, IdError> {
+        let valid = !value.is_empty()
+            && value.len() <= Self::MAX_LEN
+            && value
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
+        if valid {
+            Ok(Self(value.into()))
+        } else {
+            Err(IdError::PolicyId(value.chars().take(80).collect()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+impl fmt::Display for PolicyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl fmt::Debug for PolicyId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "PolicyId({})", self.0)
+    }
+}
+
+/// A policy revision (>= 1). A new revision is a new key space: old state expires naturally.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct PolicyRevision(u32);
+
+impl PolicyRevision {
+    /// # Errors
+    /// [`IdError::Revision`] when `value` is 0.
+    pub fn new(value: u32) -> Result<Self, IdError> {
+        if value == 0 {
+            Err(IdError::Revision)
+        } else {
+            Ok(Self(value))
+        }
+    }
+
+    pub fn get(self) -> u32 {
+        self.0
+    }
+}
+
+impl fmt::Display for PolicyRevision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.0.fmt(f)
+    }
+}
+
+/// An already pseudonymized subject: 32 bytes (an HMAC-SHA256 made at the edge). The raw
+/// subject never enters the contract, so no provider can leak it.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct SubjectDigest([u8; 32]);
+
+impl SubjectDigest {
+    pub const LEN: usize = 32;
+
+    pub const fn from_bytes(bytes: [u8; 32]) -> Self {
+        Self(bytes)
+    }
+
+    /// # Errors
+    /// [`IdError::SubjectDigestLength`] when `bytes` is not 32 bytes long.
+    pub fn from_slice(bytes: &[u8]) -> Result<Self, IdError> {
+        <[u8; 32]>::try_from(bytes)
+            .map(Self)
+            .map_err(|_| IdError::SubjectDigestLength(bytes.len()))
+    }
+
+    pub fn as_bytes(&self) -> &[u8; 32] {
+        &self.0
+    }
+}
+
+impl fmt::Debug for SubjectDigest {
+    // Only a prefix: enough to correlate in a debugger, not a full pseudonym in every log.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "SubjectDigest({:02x}{:02x}{:02x}{:02x}..)",
+            self.0[0], self.0[1], self.0[2], self.0[3]
+        )
+    }
+}
+
+/// The cost of one request: 1..=2^53-1. A policy's `max_cost` bounds it further.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Debug)]
+pub struct Cost(NonZeroU64);
+
+impl Cost {
+    pub const ONE: Cost = Cost(NonZeroU64::MIN);
+
+    /// # Errors
+    /// [`IdError::Cost`] when `value` is 0 or above 2^53-1.
+    pub fn new(value: u64) -> Result<Self, IdError> {
+        match NonZeroU64::new(value) {
+            Some(v) if value <= MAX_SAFE_INTEGER => Ok(Self(v)),
+            _ => Err(IdError::Cost(value)),
+        }
+    }
+
+    pub fn get(self) -> u64 {
+        self.0.get()
+    }
+}
+
+/// A caller-chosen evaluation id, for providers that deduplicate retried evaluations.
+/// Providers that do not deduplicate reject requests that carry one.
+#[derive(Clone, PartialEq, Eq, Hash, Debug)]
+pub struct EvaluationId(Box<str>);
+
+impl EvaluationId {
+    /// # Errors
+    /// [`IdError::EvaluationId`] when `value` is empty, longer than 128 bytes or not visible
+    /// ASCII.
+    pub fn new(value: &str) -> Result<Self, IdError> {
+        if !value.is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic()) {
+            Ok(Self(value.into()))
+        } else {
+            Err(IdError::EvaluationId(value.chars().take(130).collect()))
+        }
+    }
+
+    pub fn as_str(&self) -> &str {
+        &self.0
+    }
+}
+
+/// A finite point in time by which the caller needs an answer. Providers that cannot answer
+/// by then must not start work they cannot finish (they answer `Unavailable(deadline)`).
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Debug)]
+pub struct Deadline(Instant);
+
+impl Deadline {
+    /// Longest budget a caller may give: a limiter answer that takes longer is useless.
+    pub const MAX_BUDGET: Duration = Duration::from_secs(60);
+
+    /// A deadline `budget` from now.
+    ///
+    /// # Errors
+    /// [`IdError::Deadline`] when `budget` is zero or longer than [`Self::MAX_BUDGET`].
+    pub fn within(budget: Duration) -> Result<Self, IdError> {
+        Self::at(Instant::now(), budget)
+    }
+
+    /// A deadline `budget` after `start`.
+    ///
+    /// # Errors
+    /// As [`Self::within`].
+    pub fn at(start: Instant, budget: Duration) -> Result<Self, IdError> {
+        if budget.is_zero() || budget > Self::MAX_BUDGET {
+            return Err(IdError::Deadline {
+                got_ms: budget.as_millis(),
+                max_ms: Self::MAX_BUDGET.as_millis() as u64,
+            });
+        }
+        Ok(Self(start + budget))
+    }
+
+    pub fn instant(self) -> Instant {
+        self.0
+    }
+
+    /// Time left from `now`; zero when the deadline has passed.
+    pub fn remaining_from(self, now: Instant) -> Duration {
+        self.0.saturating_duration_since(now)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn policy_id_accepts_only_the_documented_alphabet() {
+        assert!(PolicyId::new("api_v2-x").is_ok());
+        assert!(PolicyId::new("").is_err());
+        assert!(PolicyId::new("Api").is_err());
+        assert!(PolicyId::new("a b").is_err());
+        assert!(PolicyId::new(&"a".repeat(64)).is_ok());
+        assert!(PolicyId::new(&"a".repeat(65)).is_err());
+    }
+
+    #[test]
+    fn cost_is_positive_and_exact_in_lua() {
+        assert!(Cost::new(0).is_err());
+        assert_eq!(Cost::new(1).map(Cost::get), Ok(1));
+        assert!(Cost::new(MAX_SAFE_INTEGER).is_ok());
+        assert!(Cost::new(MAX_SAFE_INTEGER + 1).is_err());
+    }
+
+    #[test]
+    fn deadline_must_be_finite_and_positive() {
+        assert!(Deadline::within(Duration::ZERO).is_err());
+        assert!(Deadline::within(Duration::from_secs(61)).is_err());
+        assert!(Deadline::within(Duration::from_millis(50)).is_ok());
+    }
+
+    #[test]
+    fn subject_digest_debug_shows_only_a_prefix() {
+        let d = SubjectDigest::from_bytes([0xab; 32]);
+        assert_eq!(format!("{d:?}"), "SubjectDigest(abababab..)");
+        assert!(SubjectDigest::from_slice(&[0; 31]).is_err());
+    }
+}

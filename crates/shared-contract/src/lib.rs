@@ -1,0 +1,35 @@
+//! The provider-neutral contract of the rate-limiting toolkit.
+//!
+//! Everything a service, an adapter or a test needs to agree on lives here, and nothing
+//! else: validated request values ([`ids`]), policies ([`policy`]), decisions and honest
+//! outcomes ([`decision`]), the async port ([`port`]), injected time ([`clock`]), exact
+//! integer arithmetic ([`exact`]) and the reference semantics of every algorithm ([`model`]).
+//!
+//! The key design decision: **the models are the single source of truth.** The local
+//! provider runs them directly; the Redis Lua programs mirror them step for step and are
+//! property-tested against them. A decision is therefore the same whichever provider makes it.
+//!
+//! This crate depends on no other workspace crate and on no runtime, driver or serialization
+//! library (no tokio, redis, axum or serde): adapters convert at their edges.
+
+pub mod clock;
+pub mod decision;
+pub mod exact;
+pub mod ids;
+pub mod model;
+pub mod policy;
+pub mod port;
+
+pub use clock::{Clock, ManualClock, SystemClock};
+pub use decision::{
+    Certainty, IncompatibleCategory, RateLimitDecision, RateLimitOutcome, Source,
+    UnavailableCategory,
+};
+pub use ids::{Cost, Deadline, EvaluationId, IdError, PolicyId, PolicyRevision, SubjectDigest};
+pub use policy::{
+    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyError, PolicyErrors, PolicySpec,
+    RateLimitPolicy,
+};
+pub use port::{
+    EdgeRateLimitPort, PolicySet, PolicySetError, RateLimitRequest, Readiness, RequestError,
+};

@@ -1,0 +1,239 @@
+//! The reference semantics: one pure function per algorithm,
+//! `(params, rules, state, now_ms, cost) -> Evaluation { new_state, decision fields }`.
+//!
+//! These functions are the oracle. The local provider calls them directly; every Lua program
+//! mirrors one of them operation for operation and is property-tested against it on a real
+//! Redis. All arithmetic goes through [`crate::exact`], so leaving `0..=2^53-1` is an error,
+//! never a silent wrap.
+//!
+//! Rules every algorithm shares:
+//! - `now_ms` is the provider's clock (Redis `TIME`); above [`MAX_TIME_MS`] it is refused.
+//! - State remembers the time of its last write (`last_ms`, the last observed time). A clock
+//!   behind it by at most `max_clock_regression_ms` is clamped to it; further behind, the
+//!   answer is `ClockUnsafe` and state is untouched.
+//! - Only an allow writes state; a denial consumes nothing and changes nothing.
+//! - A write carries a finite time to live: until the state would no longer differ from no
+//!   state at all, plus `cleanup_grace_ms`.
+
+pub mod fixed_window;
+pub mod gcra;
+pub mod sliding_log;
+pub mod sliding_window;
+pub mod token_bucket;
+
+use crate::decision::{RateLimitDecision, Source};
+use crate::exact::{self, OutOfRange};
+use crate::ids::Cost;
+use crate::policy::{Algorithm, MAX_TIME_MS, RateLimitPolicy};
+
+pub use fixed_window::FixedWindowState;
+pub use gcra::GcraState;
+pub use sliding_log::SlidingLogState;
+pub use sliding_window::SlidingWindowState;
+pub use token_bucket::TokenBucketState;
+
+/// The rules every algorithm shares, taken from the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    pub max_clock_regression_ms: u64,
+    pub cleanup_grace_ms: u64,
+}
+
+/// The verdict of one evaluation, as the Lua programs' status field names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Verdict {
+    Allowed,
+    Denied,
+    /// The clock went back further than the policy allows; nothing changed.
+    ClockUnsafe,
+}
+
+/// The full result of one model step: the seven reply fields plus the state to write.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Evaluation<S> {
+    pub verdict: Verdict,
+    pub server_now_ms: u64,
+    pub effective_now_ms: u64,
+    pub limit: u64,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_at_ms: u64,
+    /// `Some` exactly when the verdict is `Allowed`: the state to store.
+    pub new_state: Option<S>,
+    /// Time to live of `new_state` in ms (0 when nothing is written).
+    pub ttl_ms: u64,
+}
+
+impl<S> Evaluation<S> {
+    /// Replaces the state type (for the [`AlgorithmState`] dispatcher).
+    pub fn map_state<T>(self, f: impl FnOnce(S) -> T) -> Evaluation<T> {
+        Evaluation {
+            verdict: self.verdict,
+            server_now_ms: self.server_now_ms,
+            effective_now_ms: self.effective_now_ms,
+            limit: self.limit,
+            remaining: self.remaining,
+            retry_after_ms: self.retry_after_ms,
+            reset_at_ms: self.reset_at_ms,
+            new_state: self.new_state.map(f),
+            ttl_ms: self.ttl_ms,
+        }
+    }
+
+    /// The decision this evaluation stands for; `None` for `ClockUnsafe`.
+    pub fn decision(&self, policy: &RateLimitPolicy, source: Source) -> Option<RateLimitDecision> {
+        let allowed = match self.verdict {
+            Verdict::Allowed => true,
+            Verdict::Denied => false,
+            Verdict::ClockUnsafe => return None,
+        };
+        Some(RateLimitDecision {
+            allowed,
+            limit: self.limit,
+            remaining: self.remaining,
+            retry_after_ms: self.retry_after_ms,
+            reset_at_ms: self.reset_at_ms,
+            policy_id: policy.id().clone(),
+            revision: policy.revision(),
+            source,
+            certainty: policy.kind().certainty(),
+        })
+    }
+
+    fn clock_unsafe(now: u64, last: u64, limit: u64) -> Self {
+        Evaluation {
+            verdict: Verdict::ClockUnsafe,
+            server_now_ms: now,
+            effective_now_ms: last,
+            limit,
+            remaining: 0,
+            // The server clock has to catch up with the last observed time.
+            retry_after_ms: last - now,
+            reset_at_ms: last,
+            new_state: None,
+            ttl_ms: 0,
+        }
+    }
+}
+
+/// Why a model refused to evaluate. Providers report these as `Incompatible`.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum ModelError {
+    #[error(transparent)]
+    OutOfRange(#[from] OutOfRange),
+    #[error("stored state does not fit the policy: {0}")]
+    StateIncompatible(&'static str),
+    #[error("clock {0} ms is beyond the supported range")]
+    ClockOutOfRange(u64),
+    #[error("cost {cost} is above max_cost {max_cost}")]
+    CostAboveMax { cost: u64, max_cost: u64 },
+}
+
+/// The clock rule: the time an algorithm computes with, or the stored time it fell behind.
+pub(crate) enum EffectiveNow {
+    Safe(u64),
+    Unsafe { last: u64 },
+}
+
+pub(crate) fn effective_now(
+    last_ms: Option<u64>,
+    now_ms: u64,
+    rules: &Rules,
+) -> Result<EffectiveNow, ModelError> {
+    if now_ms > MAX_TIME_MS {
+        return Err(ModelError::ClockOutOfRange(now_ms));
+    }
+    Ok(match last_ms {
+        Some(last) if now_ms < last => {
+            if exact::sub(last, now_ms)? > rules.max_clock_regression_ms {
+                EffectiveNow::Unsafe { last }
+            } else {
+                EffectiveNow::Safe(last)
+            }
+        }
+        _ => EffectiveNow::Safe(now_ms),
+    })
+}
+
+/// `last_ms` of stored state must be a time the models could have written.
+pub(crate) fn check_last(last_ms: u64) -> Result<(), ModelError> {
+    if last_ms > MAX_TIME_MS {
+        Err(ModelError::StateIncompatible(
+            "last_ms beyond the supported time range",
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// State of any algorithm, for providers that store all policies alike.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum AlgorithmState {
+    FixedWindow(FixedWindowState),
+    SlidingWindow(SlidingWindowState),
+    TokenBucket(TokenBucketState),
+    Gcra(GcraState),
+    SlidingLog(SlidingLogState),
+}
+
+/// Evaluates `cost` against `policy` with its stored `state` at `now_ms`.
+///
+/// # Errors
+/// [`ModelError::StateIncompatible`] when `state` belongs to another algorithm or does not fit
+/// the policy, [`ModelError::CostAboveMax`], [`ModelError::ClockOutOfRange`]; `OutOfRange` only
+/// on a model bug (the property tests prove it unreachable for valid policies).
+pub fn evaluate(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    cost: Cost,
+) -> Result<Evaluation<AlgorithmState>, ModelError> {
+    let cost = cost.get();
+    if cost > policy.max_cost().get() {
+        return Err(ModelError::CostAboveMax {
+            cost,
+            max_cost: policy.max_cost().get(),
+        });
+    }
+    let rules = policy.rules();
+    let mismatch = || ModelError::StateIncompatible("state of another algorithm");
+    Ok(match (policy.algorithm(), state) {
+        (Algorithm::FixedWindow(p), None) => fixed_window::evaluate(p, &rules, None, now_ms, cost)?
+            .map_state(AlgorithmState::FixedWindow),
+        (Algorithm::FixedWindow(p), Some(AlgorithmState::FixedWindow(s))) => {
+            fixed_window::evaluate(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::FixedWindow)
+        }
+        (Algorithm::SlidingWindow(p), None) => {
+            sliding_window::evaluate(p, &rules, None, now_ms, cost)?
+                .map_state(AlgorithmState::SlidingWindow)
+        }
+        (Algorithm::SlidingWindow(p), Some(AlgorithmState::SlidingWindow(s))) => {
+            sliding_window::evaluate(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::SlidingWindow)
+        }
+        (Algorithm::TokenBucket(p), None) => token_bucket::evaluate(p, &rules, None, now_ms, cost)?
+            .map_state(AlgorithmState::TokenBucket),
+        (Algorithm::TokenBucket(p), Some(AlgorithmState::TokenBucket(s))) => {
+            token_bucket::evaluate(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::TokenBucket)
+        }
+        (Algorithm::Gcra(p), None) => {
+            gcra::evaluate(p, &rules, None, now_ms, cost)?.map_state(AlgorithmState::Gcra)
+        }
+        (Algorithm::Gcra(p), Some(AlgorithmState::Gcra(s))) => {
+            gcra::evaluate(p, &rules, Some(s), now_ms, cost)?.map_state(AlgorithmState::Gcra)
+        }
+        (Algorithm::SlidingLog(p), None) => sliding_log::evaluate(p, &rules, None, now_ms, cost)?
+            .map_state(AlgorithmState::SlidingLog),
+        (Algorithm::SlidingLog(p), Some(AlgorithmState::SlidingLog(s))) => {
+            sliding_log::evaluate(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::SlidingLog)
+        }
+        (_, Some(_)) => return Err(mismatch()),
+    })
+}
+
+#[cfg(test)]
+pub(crate) mod testing;

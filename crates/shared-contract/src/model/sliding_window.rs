@@ -1,0 +1,148 @@
+//! Sliding-window counter: the previous window's count, weighted by the share of it still
+//! inside the sliding window, plus the current window's count.
+//!
+//! With `S = 1_000_000`, `elapsed = now mod W`:
+//! - `weight = ceil((W - elapsed) * S / W)` (rounded up: conservative),
+//! - `estimate = ceil(previous * weight / S) + current`,
+//! - allow iff `cost <= limit - estimate`.
+//!
+//! The answer is approximate (`ApproximateAlgorithm`): it assumes the previous window's
+//! requests were spread evenly. Rounding up means it never admits more than an exact sliding
+//! window would if they were. `retry_after` is the exact earliest time this estimate admits
+//! the request, searched over the current and the next two windows.
+//!
+//! State: `last_ms` (time of the last allow), `previous` (count of the window before that of
+//! `last_ms`) and `current` (count of the window of `last_ms`).
+
+use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use crate::exact::{add, div, div_ceil, mul, rem, sub};
+use crate::policy::{SLIDING_WINDOW_SCALE as S, SlidingWindowParams};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SlidingWindowState {
+    pub last_ms: u64,
+    pub previous: u64,
+    pub current: u64,
+}
+
+impl SlidingWindowState {
+    fn check(&self, p: &SlidingWindowParams) -> Result<(), ModelError> {
+        check_last(self.last_ms)?;
+        if self.previous > p.limit() || self.current > p.limit() {
+            return Err(ModelError::StateIncompatible("count above limit"));
+        }
+        Ok(())
+    }
+}
+
+/// Earliest offset `e` in `[from, W)` of a window where `ceil(prev * weight(e) / S) <= room`,
+/// or `None` when no offset of the window qualifies.
+fn first_offset(w: u64, prev: u64, room: u64, from: u64) -> Result<Option<u64>, ModelError> {
+    if prev == 0 {
+        return Ok(Some(from));
+    }
+    // ceil(prev * weight / S) <= room  <=>  weight <= floor(room * S / prev) = m.
+    let m = div(mul(room, S)?, prev)?;
+    if m >= S {
+        return Ok(Some(from));
+    }
+    // ceil((W - e) * S / W) <= m  <=>  W - e <= floor(m * W / S).
+    let e = sub(w, div(mul(m, w)?, S)?)?;
+    Ok(if e < w { Some(e.max(from)) } else { None })
+}
+
+/// One sliding-window step. See the module docs.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn evaluate(
+    p: &SlidingWindowParams,
+    rules: &Rules,
+    state: Option<&SlidingWindowState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<SlidingWindowState>, ModelError> {
+    if let Some(s) = state {
+        s.check(p)?;
+    }
+    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
+        EffectiveNow::Safe(t) => t,
+        EffectiveNow::Unsafe { last } => {
+            return Ok(Evaluation::clock_unsafe(now_ms, last, p.limit()));
+        }
+    };
+    let (w, limit) = (p.window_ms(), p.limit());
+    let elapsed = rem(now, w)?;
+    let window_start = sub(now, elapsed)?;
+    let (previous, current) = match state {
+        Some(s) => {
+            let last_start = sub(s.last_ms, rem(s.last_ms, w)?)?;
+            if last_start == window_start {
+                (s.previous, s.current)
+            } else if add(last_start, w)? == window_start {
+                (s.current, 0)
+            } else {
+                (0, 0)
+            }
+        }
+        None => (0, 0),
+    };
+    let weight = div_ceil(mul(sub(w, elapsed)?, S)?, w)?;
+    let estimate = add(div_ceil(mul(previous, weight)?, S)?, current)?;
+    // Only planted state can push the estimate past the limit; it then admits nothing.
+    let available = if estimate >= limit {
+        0
+    } else {
+        sub(limit, estimate)?
+    };
+    let mut out = Evaluation {
+        verdict: Verdict::Denied,
+        server_now_ms: now_ms,
+        effective_now_ms: now,
+        limit,
+        remaining: available,
+        retry_after_ms: 0,
+        reset_at_ms: 0,
+        new_state: None,
+        ttl_ms: 0,
+    };
+    if cost <= available {
+        let current = add(current, cost)?;
+        let reset_at = add(window_start, mul(2, w)?)?;
+        out.verdict = Verdict::Allowed;
+        out.remaining = sub(available, cost)?;
+        out.reset_at_ms = reset_at;
+        out.new_state = Some(SlidingWindowState {
+            last_ms: now,
+            previous,
+            current,
+        });
+        out.ttl_ms = add(sub(reset_at, now)?, rules.cleanup_grace_ms)?;
+        return Ok(out);
+    }
+    out.reset_at_ms = if current > 0 {
+        add(window_start, mul(2, w)?)?
+    } else if previous > 0 {
+        add(window_start, w)?
+    } else {
+        now
+    };
+    // The earliest time the estimate admits `cost`, assuming no other request: later in this
+    // window (only if `current` leaves room), else in the next (previous := current), else at
+    // the start of the one after (both counts gone). `cost <= limit` holds by validation.
+    let to_next = sub(w, elapsed)?;
+    let used = add(current, cost)?;
+    let in_this = if used <= limit {
+        first_offset(w, previous, sub(limit, used)?, elapsed)?
+    } else {
+        None
+    };
+    out.retry_after_ms = match in_this {
+        Some(e) => sub(e, elapsed)?,
+        None => match first_offset(w, current, sub(limit, cost)?, 0)? {
+            Some(e) => add(to_next, e)?,
+            None => add(to_next, w)?,
+        },
+    };
+    Ok(out)
+}

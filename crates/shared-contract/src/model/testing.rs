@@ -1,0 +1,1 @@
+//! Strategies shared by the model property tests.

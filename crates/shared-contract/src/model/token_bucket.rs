@@ -1,0 +1,107 @@
+//! Token bucket: `capacity` tokens, starting full, refilled continuously at
+//! `refill_amount / refill_interval`, saturating at capacity.
+//!
+//! Tokens are counted in units of `1/scale` token (see [`TokenBucketParams`]); one ms adds
+//! exactly `units_per_ms` units. The sub-token remainder of every refill stays in the low part
+//! of the count, so refilling at many intermediate times equals refilling once at the end:
+//! refill does not depend on how often the bucket is evaluated.
+//!
+//! - `tokens = min(capacity_units, stored + elapsed * units_per_ms)`, where the product is
+//!   formed only when it cannot exceed the missing units (no overflow near 2^53);
+//! - allow iff `cost * scale <= tokens`; a denial subtracts nothing;
+//! - `retry_after = ceil((cost * scale - tokens) / units_per_ms)`;
+//! - `reset_at = now + ceil((capacity_units - tokens_after) / units_per_ms)`.
+//!
+//! State: `last_ms` (time of the last allow) and `tokens` in units at that time.
+
+use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use crate::exact::{add, div, div_ceil, mul, rem, sub};
+use crate::policy::TokenBucketParams;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TokenBucketState {
+    pub last_ms: u64,
+    /// Tokens at `last_ms`, in units of `1/scale` token.
+    pub tokens: u64,
+}
+
+impl TokenBucketState {
+    fn check(&self, p: &TokenBucketParams) -> Result<(), ModelError> {
+        check_last(self.last_ms)?;
+        if self.tokens > p.capacity_units() {
+            return Err(ModelError::StateIncompatible("tokens above capacity"));
+        }
+        Ok(())
+    }
+}
+
+/// Units in the bucket at `now` (>= `s.last_ms`), saturating at capacity.
+pub fn refill(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
+    let missing = sub(p.capacity_units(), s.tokens)?;
+    let elapsed = sub(now, s.last_ms)?;
+    // Full once elapsed * rate >= missing, i.e. elapsed > q, or elapsed == q with no remainder.
+    let q = div(missing, p.units_per_ms())?;
+    let full = elapsed > q || (elapsed == q && rem(missing, p.units_per_ms())? == 0);
+    Ok(if full {
+        p.capacity_units()
+    } else {
+        add(s.tokens, mul(elapsed, p.units_per_ms())?)?
+    })
+}
+
+/// One token-bucket step. See the module docs.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn evaluate(
+    p: &TokenBucketParams,
+    rules: &Rules,
+    state: Option<&TokenBucketState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<TokenBucketState>, ModelError> {
+    if let Some(s) = state {
+        s.check(p)?;
+    }
+    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
+        EffectiveNow::Safe(t) => t,
+        EffectiveNow::Unsafe { last } => {
+            return Ok(Evaluation::clock_unsafe(now_ms, last, p.capacity()));
+        }
+    };
+    let tokens = match state {
+        Some(s) => refill(p, s, now)?,
+        None => p.capacity_units(),
+    };
+    let need = mul(cost, p.scale())?;
+    let mut out = Evaluation {
+        verdict: Verdict::Denied,
+        server_now_ms: now_ms,
+        effective_now_ms: now,
+        limit: p.capacity(),
+        remaining: div(tokens, p.scale())?,
+        retry_after_ms: 0,
+        reset_at_ms: 0,
+        new_state: None,
+        ttl_ms: 0,
+    };
+    let left = if need <= tokens {
+        let left = sub(tokens, need)?;
+        out.verdict = Verdict::Allowed;
+        out.remaining = div(left, p.scale())?;
+        out.new_state = Some(TokenBucketState {
+            last_ms: now,
+            tokens: left,
+        });
+        left
+    } else {
+        out.retry_after_ms = div_ceil(sub(need, tokens)?, p.units_per_ms())?;
+        tokens
+    };
+    let to_full = div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms())?;
+    out.reset_at_ms = add(now, to_full)?;
+    if out.new_state.is_some() {
+        out.ttl_ms = add(to_full, rules.cleanup_grace_ms)?;
+    }
+    Ok(out)
+}

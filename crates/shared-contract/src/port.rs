@@ -1,0 +1,133 @@
+//! The port every provider implements, and the request it takes.
+
+use std::collections::BTreeMap;
+
+use crate::decision::RateLimitOutcome;
+use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
+use crate::policy::RateLimitPolicy;
+
+/// One request to evaluate against one policy.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RateLimitRequest {
+    pub policy_id: PolicyId,
+    pub subject: SubjectDigest,
+    pub cost: Cost,
+    /// Only for providers that deduplicate retried evaluations; others refuse it.
+    pub evaluation_id: Option<EvaluationId>,
+    pub deadline: Deadline,
+}
+
+/// A request that no provider may evaluate. Nothing was consumed.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum RequestError {
+    #[error("unknown policy {0}")]
+    UnknownPolicy(PolicyId),
+    #[error("cost {cost} is above max_cost {max_cost} of policy {policy_id}")]
+    CostAboveMax {
+        policy_id: PolicyId,
+        cost: u64,
+        max_cost: u64,
+    },
+    #[error("this provider does not deduplicate evaluations; evaluation_id must be absent")]
+    EvaluationIdUnsupported,
+}
+
+/// Whether a provider can evaluate now, and if not, why (for readiness probes).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Readiness {
+    Ready,
+    NotReady(String),
+}
+
+/// The edge-enforcement port: "may this request go through?".
+///
+/// Object safe and used as `Arc<dyn EdgeRateLimitPort>`; the provider is chosen at run time.
+/// Implementations never panic and never answer an allow they do not know to be one.
+#[async_trait::async_trait]
+pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
+    /// Evaluates one request.
+    ///
+    /// # Errors
+    /// [`RequestError`] when the request itself is unacceptable (unknown policy, cost above the
+    /// policy's `max_cost`, an evaluation id this provider cannot honour); nothing is consumed.
+    async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError>;
+
+    /// The policies this provider enforces.
+    fn policies(&self) -> &PolicySet;
+
+    /// Whether the provider can evaluate now.
+    async fn readiness(&self) -> Readiness {
+        Readiness::Ready
+    }
+}
+
+/// Why a set of policies was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum PolicySetError {
+    #[error("policy {0} is defined twice")]
+    Duplicate(PolicyId),
+    #[error("default policy {0} is not defined")]
+    MissingDefault(PolicyId),
+}
+
+/// The policies of one provider, with the default one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PolicySet {
+    policies: BTreeMap<PolicyId, RateLimitPolicy>,
+    default: PolicyId,
+}
+
+impl PolicySet {
+    /// # Errors
+    /// [`PolicySetError`] on a duplicate id or a default that is not among `policies`.
+    pub fn new(
+        policies: impl IntoIterator<Item = RateLimitPolicy>,
+        default: PolicyId,
+    ) -> Result<Self, PolicySetError> {
+        let mut map = BTreeMap::new();
+        for p in policies {
+            if let Some(dup) = map.insert(p.id().clone(), p) {
+                return Err(PolicySetError::Duplicate(dup.id().clone()));
+            }
+        }
+        if !map.contains_key(&default) {
+            return Err(PolicySetError::MissingDefault(default));
+        }
+        Ok(Self {
+            policies: map,
+            default,
+        })
+    }
+
+    pub fn get(&self, id: &PolicyId) -> Option<&RateLimitPolicy> {
+        self.policies.get(id)
+    }
+
+    pub fn default_id(&self) -> &PolicyId {
+        &self.default
+    }
+
+    pub fn iter(&self) -> impl Iterator<Item = &RateLimitPolicy> {
+        self.policies.values()
+    }
+
+    /// The policy of `request`, after the checks every provider makes before touching state.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`].
+    pub fn admit(&self, request: &RateLimitRequest) -> Result<&RateLimitPolicy, RequestError> {
+        let policy = self
+            .get(&request.policy_id)
+            .ok_or_else(|| RequestError::UnknownPolicy(request.policy_id.clone()))?;
+        if request.cost > policy.max_cost() {
+            return Err(RequestError::CostAboveMax {
+                policy_id: request.policy_id.clone(),
+                cost: request.cost.get(),
+                max_cost: policy.max_cost().get(),
+            });
+        }
+        Ok(policy)
+    }
+}
