@@ -1,1 +1,5 @@
-//! Placeholder.
+//! Test support shared by the acceptance tests: the provider-neutral conformance suite and a
+//! self-contained `redis-server` harness.
+
+pub mod conformance;
+pub mod redis_server;

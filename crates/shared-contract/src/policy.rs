@@ -172,7 +172,7 @@ fn millis(
     d: Duration,
     min: u64,
 ) -> Option<u64> {
-    if d.subsec_nanos() % 1_000_000 != 0 {
+    if !d.subsec_nanos().is_multiple_of(1_000_000) {
         errors.push(PolicyError::new(
             field,
             format!("must be a whole number of milliseconds, got {d:?}"),

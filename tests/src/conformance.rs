@@ -1,0 +1,1 @@
+//! The conformance suite, written once and run on every provider.

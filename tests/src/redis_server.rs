@@ -1,0 +1,1 @@
+//! Starts a private redis-server per test group.
