@@ -1,1 +1,284 @@
-//! Starts a private redis-server per test group.
+//! A private `redis-server` per test group.
+//!
+//! Tests never depend on a server that happens to be running: each group starts its own on a
+//! free loopback port and the process is killed when the handle drops. A shell guard holds
+//! the server's lifetime to this test process's stdin pipe, so even a server in a `static`
+//! (never dropped) dies when the test binary exits, and a crashed test leaks nothing.
+//!
+//! `REDIS_URL`, when set, makes [`RedisServer::shared`] use that server instead (fault tests
+//! that kill or pause a server always start their own).
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::time::{Duration, Instant};
+
+/// How long a new server may take to answer `PING`.
+const READY_DEADLINE: Duration = Duration::from_secs(10);
+
+/// A running redis-server owned by the test (or the external `REDIS_URL` one).
+#[derive(Debug)]
+pub struct RedisServer {
+    url: String,
+    port: u16,
+    extra_args: Vec<String>,
+    process: Option<Process>,
+    dir: Option<tempfile::TempDir>,
+}
+
+#[derive(Debug)]
+struct Process {
+    guard: Child,
+    guard_stdin: Option<ChildStdin>,
+    pid: u32,
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .expect("an ephemeral loopback port")
+}
+
+fn check_binary() {
+    if Command::new("redis-server")
+        .arg("--version")
+        .stdout(Stdio::null())
+        .status()
+        .is_err()
+    {
+        panic!(
+            "`redis-server` was not found on PATH: install Debian's `redis-server` package \
+             (apt-get install redis-server) or set REDIS_URL to a server the tests may use"
+        );
+    }
+}
+
+fn kill(signal: &str, pid: u32) {
+    let _ = Command::new("kill")
+        .args([signal, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+impl RedisServer {
+    /// Starts a new server on a free loopback port.
+    ///
+    /// # Panics
+    /// When `redis-server` is missing or does not answer within 10 s.
+    pub fn start() -> Self {
+        Self::start_with(&[])
+    }
+
+    /// Starts a new server with extra `redis-server` arguments (`["--maxmemory", "2mb"]`).
+    ///
+    /// # Panics
+    /// As [`Self::start`].
+    pub fn start_with(extra_args: &[&str]) -> Self {
+        check_binary();
+        let dir = tempfile::tempdir().expect("a temporary directory for redis-server");
+        let mut last_error = String::new();
+        for _ in 0..3 {
+            let port = free_port();
+            let mut server = RedisServer {
+                url: format!("redis://127.0.0.1:{port}/0"),
+                port,
+                extra_args: extra_args.iter().map(|s| s.to_string()).collect(),
+                process: None,
+                dir: None,
+            };
+            match server.spawn(dir.path()) {
+                Ok(()) => {
+                    server.dir = Some(dir);
+                    return server;
+                }
+                Err(e) => last_error = e,
+            }
+        }
+        panic!("redis-server did not start: {last_error}");
+    }
+
+    /// The process-wide server of this test binary: `REDIS_URL` if set, else one started on
+    /// first use and killed when the test binary exits.
+    pub fn shared() -> &'static RedisServer {
+        static SHARED: OnceLock<RedisServer> = OnceLock::new();
+        SHARED.get_or_init(|| match std::env::var("REDIS_URL") {
+            Ok(url) if !url.is_empty() => RedisServer {
+                port: url
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.split('/').next())
+                    .and_then(|p| p.parse().ok())
+                    .unwrap_or(6379),
+                url,
+                extra_args: Vec::new(),
+                process: None,
+                dir: None,
+            },
+            _ => RedisServer::start(),
+        })
+    }
+
+    fn log_path(dir: &Path, port: u16) -> PathBuf {
+        dir.join(format!("redis-{port}.log"))
+    }
+
+    fn spawn(&mut self, dir: &Path) -> Result<(), String> {
+        let port = self.port.to_string();
+        let log = Self::log_path(dir, self.port);
+        let mut args: Vec<String> = vec![
+            "--port".into(),
+            port,
+            "--bind".into(),
+            "127.0.0.1".into(),
+            "--save".into(),
+            String::new(),
+            "--appendonly".into(),
+            "no".into(),
+            "--repl-diskless-sync-delay".into(),
+            "0".into(),
+            "--dir".into(),
+            dir.display().to_string(),
+            "--logfile".into(),
+            log.display().to_string(),
+        ];
+        args.extend(self.extra_args.iter().cloned());
+        // The guard shell starts the server, prints its pid, then waits for stdin to close
+        // (this process exiting, or Drop) and kills it.
+        let mut guard = Command::new("sh")
+            .arg("-c")
+            .arg(
+                r#"redis-server "$@" & pid=$!; echo "$pid"; cat >/dev/null; kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null"#,
+            )
+            .arg("sh")
+            .args(&args)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .map_err(|e| format!("cannot run sh for redis-server: {e}"))?;
+        let mut first = String::new();
+        if let Some(out) = guard.stdout.take() {
+            let _ = BufReader::new(out).read_line(&mut first);
+        }
+        let pid: u32 = first
+            .trim()
+            .parse()
+            .map_err(|_| format!("redis-server guard printed no pid: {first:?}"))?;
+        self.process = Some(Process {
+            guard_stdin: guard.stdin.take(),
+            guard,
+            pid,
+        });
+        let deadline = Instant::now() + READY_DEADLINE;
+        while Instant::now() < deadline {
+            if self.ping() {
+                return Ok(());
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let tail = std::fs::read_to_string(&log).unwrap_or_default();
+        self.kill_process();
+        Err(format!(
+            "no PONG on port {} within {READY_DEADLINE:?}; log:\n{}",
+            self.port,
+            tail.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+        ))
+    }
+
+    /// Answers PING right now (raw RESP, no client library involved).
+    pub fn ping(&self) -> bool {
+        let Ok(mut s) = TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let _ = s.set_read_timeout(Some(Duration::from_millis(500)));
+        if s.write_all(b"PING\r\n").is_err() {
+            return false;
+        }
+        let mut line = String::new();
+        BufReader::new(s).read_line(&mut line).is_ok() && line.starts_with("+PONG")
+    }
+
+    pub fn url(&self) -> &str {
+        &self.url
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The pid of the server process (`None` for an external `REDIS_URL` server).
+    pub fn pid(&self) -> Option<u32> {
+        self.process.as_ref().map(|p| p.pid)
+    }
+
+    /// A new synchronous client connection (for assertions and planting state).
+    pub fn connection(&self) -> redis::Connection {
+        redis::Client::open(self.url.as_str())
+            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
+            .expect("a connection to the test redis-server")
+    }
+
+    /// Kills the server (SIGKILL): later requests find nothing listening.
+    pub fn stop(&mut self) {
+        self.kill_process();
+    }
+
+    /// Starts the server again on the same port, empty.
+    ///
+    /// # Panics
+    /// When this is the external `REDIS_URL` server, or the server does not come back.
+    pub fn restart(&mut self) {
+        self.kill_process();
+        let dir = self
+            .dir
+            .as_ref()
+            .map(|d| d.path().to_path_buf())
+            .expect("restart needs a server started by the harness");
+        let deadline = Instant::now() + READY_DEADLINE;
+        loop {
+            match self.spawn(&dir) {
+                Ok(()) => return,
+                // The port may linger briefly after the kill.
+                Err(e) if Instant::now() >= deadline => panic!("restart failed: {e}"),
+                Err(_) => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    }
+
+    /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
+    pub fn pause(&self) {
+        if let Some(p) = &self.process {
+            kill("-STOP", p.pid);
+        }
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub fn resume(&self) {
+        if let Some(p) = &self.process {
+            kill("-CONT", p.pid);
+        }
+    }
+
+    fn kill_process(&mut self) {
+        if let Some(mut p) = self.process.take() {
+            kill("-CONT", p.pid);
+            kill("-9", p.pid);
+            drop(p.guard_stdin.take());
+            let _ = p.guard.wait();
+            // Wait until the port is really closed, so "stopped" means stopped.
+            let deadline = Instant::now() + Duration::from_secs(5);
+            while self.ping() && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        }
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill_process();
+    }
+}
