@@ -400,9 +400,8 @@ impl Algorithm {
     }
 
     fn validate(spec: &AlgorithmSpec, errors: &mut Vec<PolicyError>) -> Option<Algorithm> {
-        let mut local = Vec::new();
-        let e = &mut local;
-        let built = match *spec {
+        // Every field is checked before any `?` gives up, so all problems are reported.
+        let build = |e: &mut Vec<PolicyError>| match *spec {
             AlgorithmSpec::FixedWindow { limit, window } => {
                 let limit = in_range(e, "limit", limit, 1, MAX_SAFE_INTEGER);
                 let window_ms = millis(e, "window", window, 1);
@@ -519,8 +518,7 @@ impl Algorithm {
                 }))
             }
         };
-        errors.extend(local);
-        built
+        build(errors)
     }
 }
 

@@ -234,6 +234,3 @@ pub fn evaluate(
         (_, Some(_)) => return Err(mismatch()),
     })
 }
-
-#[cfg(test)]
-pub(crate) mod testing;

@@ -1,1 +1,0 @@
-//! Strategies shared by the model property tests.
