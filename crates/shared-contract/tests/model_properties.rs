@@ -532,3 +532,89 @@ fn token_bucket_worked_example() {
     let ev = model::evaluate(&p, s.as_ref(), t0 + 200, Cost::ONE).expect("in range");
     assert_eq!(ev.verdict, Verdict::Allowed);
 }
+
+fn policy_of(algorithm: AlgorithmSpec, max_cost: u64) -> RateLimitPolicy {
+    RateLimitPolicy::new(PolicySpec {
+        id: PolicyId::new("api").expect("id"),
+        revision: PolicyRevision::new(1).expect("rev"),
+        algorithm,
+        max_cost,
+        cleanup_grace: Duration::from_secs(60),
+        max_clock_regression: Duration::from_secs(2),
+        failure_policy: FailurePolicy::FailClosed,
+    })
+    .expect("valid")
+}
+
+/// docs/algorithms.md, sliding-window example: the previous minute had 10, this one 2.
+#[test]
+fn sliding_window_worked_example() {
+    let p = policy_of(
+        AlgorithmSpec::SlidingWindow {
+            limit: 10,
+            window: Duration::from_secs(60),
+        },
+        1,
+    );
+    let minute = 1_764_672_000_000 / 60_000 * 60_000;
+    let state = AlgorithmState::SlidingWindow(model::SlidingWindowState {
+        last_ms: minute + 1_000,
+        previous: 10,
+        current: 2,
+    });
+    let ev = model::evaluate(&p, Some(&state), minute + 15_000, Cost::ONE).expect("in range");
+    assert_eq!(
+        (ev.verdict, ev.remaining, ev.retry_after_ms),
+        (Verdict::Denied, 0, 3_000)
+    );
+    let ev = model::evaluate(&p, Some(&state), minute + 18_000, Cost::ONE).expect("in range");
+    assert_eq!((ev.verdict, ev.remaining), (Verdict::Allowed, 0));
+}
+
+/// docs/algorithms.md, GCRA example: 100 per minute, burst 20 -> 600 ms per request.
+#[test]
+fn gcra_worked_example() {
+    let p = policy_of(
+        AlgorithmSpec::Gcra {
+            limit: 100,
+            period: Duration::from_secs(60),
+            burst: 20,
+        },
+        1,
+    );
+    let t0 = 1_764_672_000_000;
+    let mut state = None;
+    for i in 0..20 {
+        let ev = model::evaluate(&p, state.as_ref(), t0, Cost::ONE).expect("in range");
+        assert_eq!((ev.verdict, ev.remaining), (Verdict::Allowed, 19 - i));
+        state = ev.new_state;
+    }
+    let ev = model::evaluate(&p, state.as_ref(), t0, Cost::ONE).expect("in range");
+    assert_eq!(
+        (ev.verdict, ev.retry_after_ms, ev.reset_at_ms),
+        (Verdict::Denied, 600, t0 + 12_000)
+    );
+}
+
+/// docs/algorithms.md, fixed-window example: 5 per 10 s.
+#[test]
+fn fixed_window_worked_example() {
+    let p = policy_of(
+        AlgorithmSpec::FixedWindow {
+            limit: 5,
+            window: Duration::from_secs(10),
+        },
+        1,
+    );
+    let start = 1_764_672_000_000;
+    let mut state = None;
+    for i in 0..5 {
+        let ev = model::evaluate(&p, state.as_ref(), start + 3_000, Cost::ONE).expect("in range");
+        assert_eq!((ev.verdict, ev.remaining), (Verdict::Allowed, 4 - i));
+        state = ev.new_state;
+    }
+    let ev = model::evaluate(&p, state.as_ref(), start + 4_000, Cost::ONE).expect("in range");
+    assert_eq!((ev.verdict, ev.retry_after_ms), (Verdict::Denied, 6_000));
+    let ev = model::evaluate(&p, state.as_ref(), start + 10_000, Cost::ONE).expect("in range");
+    assert_eq!((ev.verdict, ev.remaining), (Verdict::Allowed, 4));
+}
