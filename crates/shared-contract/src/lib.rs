@@ -15,6 +15,7 @@
 pub mod clock;
 pub mod decision;
 pub mod exact;
+pub mod gate;
 pub mod ids;
 pub mod model;
 pub mod policy;

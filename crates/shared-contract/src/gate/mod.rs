@@ -1,0 +1,1 @@
+//! Event gates: "this event only once per period". See the submodules.
