@@ -1,1 +1,38 @@
-//! Placeholder.
+//! The Redis provider of the rate-limiting port: one shared, exact answer across every
+//! instance of a service.
+//!
+//! The key design decision: **each evaluation is one atomic Lua program on one key, and the
+//! adapter trusts nothing it cannot verify.** The programs (in `lua/`, embedded here) read the
+//! server's `TIME` once and mirror the reference models of `shared-contract`; this crate
+//! builds their keys and arguments, parses their seven-field reply strictly, and classifies
+//! every failure by what is known about the state:
+//!
+//! | concern | module |
+//! | --- | --- |
+//! | physical keys (`<prefix>:{tag}digest`, no raw subject) | [`keys`] |
+//! | program manifests, embedded sources, arguments | [`programs`] |
+//! | the strict reply parser (pure) | [`reply`] |
+//! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
+//! | settings, supervised connections, the port | [`provider`] |
+//! | the crate's error type | [`error`] |
+//!
+//! The provider connects in the background (an unreachable server is `Unavailable(connect)`
+//! until it answers, never a start-up failure), multiplexes every request on one pipelined
+//! connection, dispatches each command at most once, and never answers an allow it does not
+//! know to be one.
+//!
+//! ## Features
+//!
+//! | feature | default | what |
+//! | --- | --- | --- |
+//! | (none) | | plain TCP `redis://` standalone servers; TLS, Sentinel and Cluster are not built yet |
+
+pub mod error;
+pub mod failure;
+pub mod keys;
+pub mod programs;
+pub mod provider;
+pub mod reply;
+
+pub use error::Error;
+pub use provider::{RedisProvider, RedisSettings};

@@ -1,1 +1,575 @@
-//! Placeholder.
+//! `rl-bench`: a load generator that drives [`EdgeRateLimitPort`] directly and reports
+//! decisions per second and latency percentiles (p50, p99, p99.9) from an HDR histogram.
+//!
+//! ```text
+//! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
+//!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
+//! ```
+//!
+//! The key design decision: **rl-bench is a composition root, like `app-bootstrap`.** It
+//! builds a provider itself (naming `adapter-redis` and `adapter-local` directly) instead of
+//! going through the configuration layer, because its figure must be the provider's alone:
+//! no HTTP, no figment, no middleware, no fallback decorator. Like `app-bootstrap` it sits at
+//! the top of the dependency graph (nothing depends on it), so naming adapters here does not
+//! bend the dependency direction of the libraries.
+//!
+//! Load: `concurrency` tasks, each issuing one evaluation at a time (closed loop) for
+//! `duration`. Each request goes to the hot key (key 0) with probability `hot_key_share`,
+//! otherwise to a key drawn uniformly from `0..keys`. Keys are subject digests made by hashing
+//! the key number, so Redis sees the same key shapes production does.
+//!
+//! Policies (one per algorithm, cost 1): limit/capacity/burst 1000 per second (sliding log:
+//! 100 per second, its state holds one entry per admitted request). A hot key is therefore
+//! mostly denied, a spread of many keys mostly allowed; both are decisions.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use adapter_local::{LocalProvider, LocalSettings};
+use adapter_redis::{RedisProvider, RedisSettings};
+use anyhow::{Context as _, bail};
+use hdrhistogram::Histogram;
+use sha2::{Digest as _, Sha256};
+use shared_contract::{
+    AlgorithmKind, AlgorithmSpec, Cost, Deadline, EdgeRateLimitPort, FailurePolicy, PolicyId,
+    PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
+    Readiness, SubjectDigest, SystemClock,
+};
+
+/// Which provider to drive.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ProviderKind {
+    Redis,
+    Local,
+}
+
+impl ProviderKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ProviderKind::Redis => "redis",
+            ProviderKind::Local => "local",
+        }
+    }
+}
+
+/// The command line of `interface.md`.
+#[derive(Debug, Clone, clap::Parser)]
+#[command(
+    name = "rl-bench",
+    about = "Drive a rate-limit provider directly and report decisions/s and latency"
+)]
+pub struct Args {
+    /// The provider to measure.
+    #[arg(long, value_enum)]
+    pub provider: ProviderKind,
+    /// Redis server for `--provider redis`.
+    #[arg(long, default_value = "redis://127.0.0.1:6379/0")]
+    pub redis_url: String,
+    /// fixed_window | sliding_window | token_bucket | gcra | sliding_log
+    #[arg(long, value_parser = parse_algorithm)]
+    pub algorithm: AlgorithmKind,
+    /// Distinct keys (subjects), >= 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..))]
+    pub keys: u64,
+    /// Concurrent requests in flight, >= 1.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=100_000))]
+    pub concurrency: u64,
+    /// How long to run (humantime: 10s, 500ms, 1m).
+    #[arg(long, value_parser = humantime::parse_duration)]
+    pub duration: Duration,
+    /// Share of requests sent to one hot key, 0.0..=1.0.
+    #[arg(long, default_value_t = 0.0, value_parser = parse_share)]
+    pub hot_key_share: f64,
+    /// Print one JSON object instead of the table.
+    #[arg(long)]
+    pub json: bool,
+}
+
+fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
+    AlgorithmKind::parse(s).ok_or_else(|| {
+        let names: Vec<_> = AlgorithmKind::ALL.iter().map(|k| k.as_str()).collect();
+        format!("unknown algorithm {s:?}; one of {}", names.join(", "))
+    })
+}
+
+fn parse_share(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if (0.0..=1.0).contains(&v) => Ok(v),
+        _ => Err(format!("must be a number between 0.0 and 1.0, got {s:?}")),
+    }
+}
+
+/// The policy measured for `kind`.
+///
+/// # Errors
+/// Never for the built-in parameters; the `Result` carries the contract's validation.
+pub fn bench_policy(kind: AlgorithmKind) -> anyhow::Result<RateLimitPolicy> {
+    let second = Duration::from_secs(1);
+    let algorithm = match kind {
+        AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow {
+            limit: 1000,
+            window: second,
+        },
+        AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow {
+            limit: 1000,
+            window: second,
+        },
+        AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
+            capacity: 1000,
+            refill_amount: 1000,
+            refill_interval: second,
+        },
+        AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
+            limit: 1000,
+            period: second,
+            burst: 1000,
+        },
+        AlgorithmKind::SlidingLog => AlgorithmSpec::SlidingLog {
+            limit: 100,
+            window: second,
+        },
+        other => bail!("rl-bench has no policy for {other}"),
+    };
+    RateLimitPolicy::new(PolicySpec {
+        id: PolicyId::new("bench")?,
+        revision: PolicyRevision::new(1)?,
+        algorithm,
+        max_cost: 1,
+        cleanup_grace: Duration::from_secs(10),
+        max_clock_regression: Duration::from_secs(2),
+        failure_policy: FailurePolicy::FailClosed,
+    })
+    .map_err(|e| anyhow::anyhow!("bench policy: {e}"))
+}
+
+/// The subject digest of key number `n`.
+pub fn subject(n: u64) -> SubjectDigest {
+    let mut h = Sha256::new();
+    h.update(b"rl-bench-subject");
+    h.update(n.to_be_bytes());
+    SubjectDigest::from_bytes(h.finalize().into())
+}
+
+/// SplitMix64: a tiny, fast, seedable generator (no external crate needed).
+#[derive(Debug, Clone)]
+pub struct SplitMix(u64);
+
+impl SplitMix {
+    pub fn new(seed: u64) -> Self {
+        Self(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    /// Uniform in `[0, 1)`.
+    pub fn next_f64(&mut self) -> f64 {
+        (self.next_u64() >> 11) as f64 / (1u64 << 53) as f64
+    }
+}
+
+/// The key of the next request.
+pub fn pick_key(rng: &mut SplitMix, keys: u64, hot_key_share: f64) -> u64 {
+    if hot_key_share > 0.0 && rng.next_f64() < hot_key_share {
+        0
+    } else {
+        // Multiply-shift instead of modulo: unbiased enough for load and branch free.
+        ((u128::from(rng.next_u64()) * u128::from(keys)) >> 64) as u64
+    }
+}
+
+/// What one run measured.
+#[derive(Debug, Clone)]
+pub struct Report {
+    pub provider: ProviderKind,
+    pub algorithm: AlgorithmKind,
+    pub keys: u64,
+    pub concurrency: u64,
+    pub elapsed: Duration,
+    pub allowed: u64,
+    pub denied: u64,
+    pub unavailable: u64,
+    pub indeterminate: u64,
+    pub incompatible: u64,
+    pub refused: u64,
+    pub latency_ns: Histogram<u64>,
+}
+
+impl Report {
+    pub fn decisions(&self) -> u64 {
+        self.allowed + self.denied
+    }
+
+    pub fn errors(&self) -> u64 {
+        self.unavailable + self.indeterminate + self.incompatible + self.refused
+    }
+
+    pub fn decisions_per_s(&self) -> f64 {
+        self.decisions() as f64 / self.elapsed.as_secs_f64().max(1e-9)
+    }
+
+    fn quantile_us(&self, q: f64) -> f64 {
+        self.latency_ns.value_at_quantile(q) as f64 / 1000.0
+    }
+
+    /// The JSON object of `interface.md`.
+    pub fn to_json(&self) -> serde_json::Value {
+        serde_json::json!({
+            "decisions": self.decisions(),
+            "decisions_per_s": self.decisions_per_s(),
+            "allowed": self.allowed,
+            "denied": self.denied,
+            "errors": self.errors(),
+            "p50_us": self.quantile_us(0.50),
+            "p99_us": self.quantile_us(0.99),
+            "p999_us": self.quantile_us(0.999),
+            "provider": self.provider.as_str(),
+            "algorithm": self.algorithm.as_str(),
+            "keys": self.keys,
+            "concurrency": self.concurrency,
+        })
+    }
+
+    /// The human table.
+    pub fn table(&self) -> String {
+        let rows = [
+            ("provider", self.provider.as_str().to_owned()),
+            ("algorithm", self.algorithm.as_str().to_owned()),
+            ("keys", self.keys.to_string()),
+            ("concurrency", self.concurrency.to_string()),
+            ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
+            ("decisions", self.decisions().to_string()),
+            ("decisions/s", format!("{:.0}", self.decisions_per_s())),
+            ("allowed", self.allowed.to_string()),
+            ("denied", self.denied.to_string()),
+            (
+                "errors",
+                format!(
+                    "{} (unavailable {}, indeterminate {}, incompatible {}, refused {})",
+                    self.errors(),
+                    self.unavailable,
+                    self.indeterminate,
+                    self.incompatible,
+                    self.refused
+                ),
+            ),
+            ("p50", format!("{:.1} us", self.quantile_us(0.50))),
+            ("p99", format!("{:.1} us", self.quantile_us(0.99))),
+            ("p99.9", format!("{:.1} us", self.quantile_us(0.999))),
+            (
+                "max",
+                format!("{:.1} us", self.latency_ns.max() as f64 / 1000.0),
+            ),
+        ];
+        let mut out = String::new();
+        for (k, v) in rows {
+            out.push_str(&format!("{k:<12} {v}\n"));
+        }
+        out
+    }
+}
+
+fn histogram() -> anyhow::Result<Histogram<u64>> {
+    // 1 ns .. 60 s at 3 significant digits.
+    Histogram::new_with_bounds(1, 60_000_000_000, 3).context("latency histogram")
+}
+
+/// Builds the provider of `args`.
+///
+/// # Errors
+/// When the Redis settings are refused or the server is not ready within a few seconds.
+pub async fn provider(
+    args: &Args,
+    policies: PolicySet,
+) -> anyhow::Result<Arc<dyn EdgeRateLimitPort>> {
+    Ok(match args.provider {
+        ProviderKind::Local => Arc::new(LocalProvider::new(
+            policies,
+            Arc::new(SystemClock),
+            LocalSettings {
+                max_keys: args.keys.max(1_000_000),
+            },
+        )),
+        ProviderKind::Redis => {
+            let mut settings = RedisSettings::new(args.redis_url.clone());
+            // Generous bounds: the bench measures throughput, so neither the admission bound
+            // nor the timeout should be what limits it (errors are counted if they happen).
+            settings.max_in_flight = usize::try_from(args.concurrency)?.max(1024);
+            settings.command_timeout = Duration::from_millis(500);
+            let p = RedisProvider::connect(settings, policies)
+                .await
+                .context("redis settings")?;
+            let deadline = Instant::now() + Duration::from_secs(5);
+            loop {
+                match p.readiness().await {
+                    Readiness::Ready => break,
+                    Readiness::NotReady(why) if Instant::now() > deadline => {
+                        bail!("redis provider not ready: {why}")
+                    }
+                    Readiness::NotReady(_) => tokio::time::sleep(Duration::from_millis(100)).await,
+                }
+            }
+            Arc::new(p)
+        }
+    })
+}
+
+#[derive(Debug)]
+struct Tally {
+    allowed: u64,
+    denied: u64,
+    unavailable: u64,
+    indeterminate: u64,
+    incompatible: u64,
+    refused: u64,
+    latency_ns: Histogram<u64>,
+}
+
+async fn worker(
+    port: Arc<dyn EdgeRateLimitPort>,
+    policy_id: PolicyId,
+    args: Arc<Args>,
+    seed: u64,
+    stop: Instant,
+) -> anyhow::Result<Tally> {
+    let mut rng = SplitMix::new(seed);
+    let mut t = Tally {
+        allowed: 0,
+        denied: 0,
+        unavailable: 0,
+        indeterminate: 0,
+        incompatible: 0,
+        refused: 0,
+        latency_ns: histogram()?,
+    };
+    let budget = Duration::from_secs(5);
+    loop {
+        let key = pick_key(&mut rng, args.keys, args.hot_key_share);
+        let request = RateLimitRequest {
+            policy_id: policy_id.clone(),
+            subject: subject(key),
+            cost: Cost::ONE,
+            evaluation_id: None,
+            deadline: Deadline::within(budget)?,
+        };
+        let started = Instant::now();
+        if started >= stop {
+            return Ok(t);
+        }
+        let outcome = port.evaluate(request).await;
+        let ns = started.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
+        t.latency_ns.saturating_record(ns);
+        match outcome {
+            Ok(RateLimitOutcome::Evaluated(d)) if d.allowed => t.allowed += 1,
+            Ok(RateLimitOutcome::Evaluated(_)) => t.denied += 1,
+            Ok(RateLimitOutcome::Unavailable { .. }) => t.unavailable += 1,
+            Ok(RateLimitOutcome::Indeterminate { .. }) => t.indeterminate += 1,
+            Ok(RateLimitOutcome::Incompatible { .. }) => t.incompatible += 1,
+            Err(_) => t.refused += 1,
+        }
+    }
+}
+
+/// Runs the load of `args` and measures it.
+///
+/// # Errors
+/// When the provider cannot be built, or a worker task fails.
+pub async fn run(args: Args) -> anyhow::Result<Report> {
+    let policy = bench_policy(args.algorithm)?;
+    let policy_id = policy.id().clone();
+    let policies = PolicySet::new([policy], policy_id.clone())?;
+    let port = provider(&args, policies).await?;
+    let args = Arc::new(args);
+    let started = Instant::now();
+    let stop = started + args.duration;
+    let tasks: Vec<_> = (0..args.concurrency)
+        .map(|i| {
+            tokio::spawn(worker(
+                port.clone(),
+                policy_id.clone(),
+                args.clone(),
+                0x5EED_0000 + i,
+                stop,
+            ))
+        })
+        .collect();
+    let mut report = Report {
+        provider: args.provider,
+        algorithm: args.algorithm,
+        keys: args.keys,
+        concurrency: args.concurrency,
+        elapsed: Duration::ZERO,
+        allowed: 0,
+        denied: 0,
+        unavailable: 0,
+        indeterminate: 0,
+        incompatible: 0,
+        refused: 0,
+        latency_ns: histogram()?,
+    };
+    for task in tasks {
+        let t = task.await.context("worker task")??;
+        report.allowed += t.allowed;
+        report.denied += t.denied;
+        report.unavailable += t.unavailable;
+        report.indeterminate += t.indeterminate;
+        report.incompatible += t.incompatible;
+        report.refused += t.refused;
+        report
+            .latency_ns
+            .add(&t.latency_ns)
+            .context("merging histograms")?;
+    }
+    report.elapsed = started.elapsed();
+    Ok(report)
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser as _;
+
+    use super::*;
+
+    #[test]
+    fn the_documented_command_line_parses() {
+        let a = Args::try_parse_from([
+            "rl-bench",
+            "--provider",
+            "redis",
+            "--redis-url",
+            "redis://127.0.0.1:7000/0",
+            "--algorithm",
+            "token_bucket",
+            "--keys",
+            "1000000",
+            "--concurrency",
+            "64",
+            "--duration",
+            "10s",
+            "--hot-key-share",
+            "0.5",
+            "--json",
+        ])
+        .expect("valid arguments");
+        assert_eq!(a.provider, ProviderKind::Redis);
+        assert_eq!(a.algorithm, AlgorithmKind::TokenBucket);
+        assert_eq!((a.keys, a.concurrency), (1_000_000, 64));
+        assert_eq!(a.duration, Duration::from_secs(10));
+        assert!(a.json && (a.hot_key_share - 0.5).abs() < f64::EPSILON);
+    }
+
+    #[test]
+    fn bad_values_are_refused() {
+        let base = ["rl-bench", "--provider", "local", "--algorithm", "gcra"];
+        let with = |extra: &[&str]| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v)
+        };
+        let ok = ["--keys", "1", "--concurrency", "1", "--duration", "1s"];
+        assert!(with(&ok).is_ok());
+        assert!(with(&["--keys", "0", "--concurrency", "1", "--duration", "1s"]).is_err());
+        assert!(with(&["--keys", "1", "--concurrency", "0", "--duration", "1s"]).is_err());
+        assert!(with(&["--keys", "1", "--concurrency", "1", "--duration", "soon"]).is_err());
+        let mut hot = ok.to_vec();
+        hot.extend(["--hot-key-share", "1.5"]);
+        assert!(with(&hot).is_err());
+        assert!(parse_algorithm("leaky_bucket").is_err());
+    }
+
+    #[test]
+    fn every_algorithm_has_a_valid_bench_policy() {
+        for kind in AlgorithmKind::ALL {
+            assert_eq!(bench_policy(kind).map(|p| p.kind()).ok(), Some(kind));
+        }
+    }
+
+    #[test]
+    fn hot_key_share_sends_that_share_to_key_zero() {
+        let mut rng = SplitMix::new(1);
+        let n = 100_000;
+        let hot = (0..n)
+            .filter(|_| pick_key(&mut rng, 1_000_000, 0.3) == 0)
+            .count();
+        let share = hot as f64 / n as f64;
+        assert!((share - 0.3).abs() < 0.01, "{share}");
+        let all_in_range = (0..n).all(|_| pick_key(&mut rng, 10, 0.0) < 10);
+        assert!(all_in_range);
+    }
+
+    #[test]
+    fn json_has_the_documented_fields() {
+        let mut latency_ns = histogram().expect("histogram");
+        latency_ns.record(50_000).expect("in range");
+        let r = Report {
+            provider: ProviderKind::Local,
+            algorithm: AlgorithmKind::Gcra,
+            keys: 10,
+            concurrency: 2,
+            elapsed: Duration::from_secs(2),
+            allowed: 3,
+            denied: 1,
+            unavailable: 1,
+            indeterminate: 0,
+            incompatible: 0,
+            refused: 0,
+            latency_ns,
+        };
+        let j = r.to_json();
+        let obj = j.as_object().expect("an object");
+        let mut keys: Vec<_> = obj.keys().map(String::as_str).collect();
+        keys.sort_unstable();
+        assert_eq!(
+            keys,
+            [
+                "algorithm",
+                "allowed",
+                "concurrency",
+                "decisions",
+                "decisions_per_s",
+                "denied",
+                "errors",
+                "keys",
+                "p50_us",
+                "p999_us",
+                "p99_us",
+                "provider"
+            ]
+        );
+        assert_eq!(j["decisions"], 4);
+        assert_eq!(j["errors"], 1);
+        assert_eq!(j["decisions_per_s"], 2.0);
+        assert_eq!(j["provider"], "local");
+        assert_eq!(j["algorithm"], "gcra");
+        assert!((j["p50_us"].as_f64().unwrap_or(0.0) - 50.0).abs() < 0.1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_short_local_run_reports_decisions() {
+        let args = Args::try_parse_from([
+            "rl-bench",
+            "--provider",
+            "local",
+            "--algorithm",
+            "fixed_window",
+            "--keys",
+            "1",
+            "--concurrency",
+            "2",
+            "--duration",
+            "200ms",
+        ])
+        .expect("valid arguments");
+        let r = run(args).await.expect("a run");
+        // One hot key with limit 1000 per second: 1000 allowed in the first window at most
+        // (two windows can be touched in 200 ms), the rest denied.
+        assert!(r.decisions() > 1000, "{}", r.table());
+        assert!(r.allowed <= 2000 && r.denied > 0, "{}", r.table());
+        assert_eq!(r.errors(), 0);
+    }
+}

@@ -1,0 +1,259 @@
+//! Physical Redis keys: `<prefix>:{<tag>}<digest>`, e.g. `rl:{q3Zx}Hk2mP0aV9c-1sQeW`.
+//!
+//! - `tag` (4 base64url characters, 24 bits) is derived from the subject digest **only**. It is
+//!   the Redis Cluster hash tag, so every key of one subject (one per policy) lives in one slot
+//!   (a later multi-policy check can then run as one atomic script), while different subjects
+//!   spread evenly over the 16384 slots.
+//! - `digest` (16 base64url characters, 96 bits) is SHA-256 over a domain label and the
+//!   length-prefixed fields (policy id, policy revision, algorithm, subject digest). Each field
+//!   is preceded by its length as a 4-byte big-endian integer, so no two field tuples encode to
+//!   the same bytes. A new policy revision (or algorithm) therefore rolls to a new key, and old
+//!   state expires by its TTL.
+//! - No raw subject, principal, IP, API key or route ever appears: the subject is already an
+//!   HMAC digest when it reaches the port, and the key only holds hashes of it.
+//!
+//! ## Against seed 004's `capability=rate / region=<policyId> / kind=state / digest(...)`
+//!
+//! The seed's canonical builder puts the policy id in the key (its "region"), which makes a
+//! cluster hash tag of `<policyId>` the natural choice there. That places *every* subject of
+//! a policy in one slot: one shard would carry the whole policy's traffic, and a subject's keys
+//! for two policies would sit on different shards, so a multi-policy check could never be one
+//! atomic script. Tagging by subject gives the opposite, wanted, distribution. The policy id
+//! still goes into the digest (not in clear text): keys stay short (25 bytes with the default
+//! prefix, which matters at millions of keys) and reveal nothing but the prefix.
+
+use base64::Engine as _;
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use sha2::{Digest as _, Sha256};
+use shared_contract::{RateLimitPolicy, SubjectDigest};
+
+use crate::error::Error;
+
+/// Domain label of the hash-tag derivation.
+const TAG_DOMAIN: &[u8] = b"rl-tag-v1";
+/// Domain label of the key digest.
+const KEY_DOMAIN: &[u8] = b"rl-key-v1";
+/// Bytes of SHA-256 kept in the tag: 3 bytes = exactly 4 base64url characters.
+const TAG_BYTES: usize = 3;
+/// Bytes of SHA-256 kept in the digest: 12 bytes = exactly 16 base64url characters.
+const DIGEST_BYTES: usize = 12;
+
+/// Checks a key prefix: 1..=32 characters of `[A-Za-z0-9_.-]`.
+///
+/// # Errors
+/// [`Error::KeyPrefix`] otherwise.
+pub fn check_prefix(prefix: &str) -> Result<(), Error> {
+    let ok = !prefix.is_empty()
+        && prefix.len() <= 32
+        && prefix
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(Error::KeyPrefix {
+            got: prefix.chars().take(40).collect(),
+        })
+    }
+}
+
+fn put_field(h: &mut Sha256, field: &[u8]) {
+    // Fields are at most 64 bytes (policy ids), so the length always fits.
+    h.update((field.len() as u32).to_be_bytes());
+    h.update(field);
+}
+
+/// The key builder of one policy: the hash state over the policy's fields is computed once,
+/// so a key costs one SHA-256 continuation plus the tag hash.
+#[derive(Clone)]
+pub struct PolicyKeys {
+    prefix: Box<str>,
+    policy_state: Sha256,
+}
+
+impl std::fmt::Debug for PolicyKeys {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PolicyKeys")
+            .field("prefix", &self.prefix)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PolicyKeys {
+    /// # Errors
+    /// [`Error::KeyPrefix`] when `prefix` is not acceptable (see [`check_prefix`]).
+    pub fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
+        check_prefix(prefix)?;
+        let mut h = Sha256::new();
+        put_field(&mut h, KEY_DOMAIN);
+        put_field(&mut h, policy.id().as_str().as_bytes());
+        put_field(&mut h, &policy.revision().get().to_be_bytes());
+        put_field(&mut h, policy.kind().as_str().as_bytes());
+        Ok(Self {
+            prefix: prefix.into(),
+            policy_state: h,
+        })
+    }
+
+    /// The state key of `subject` under this policy.
+    pub fn state_key(&self, subject: &SubjectDigest) -> String {
+        let mut h = self.policy_state.clone();
+        put_field(&mut h, subject.as_bytes());
+        let digest = h.finalize();
+        let tag = subject_tag(subject);
+        let mut key = String::with_capacity(self.prefix.len() + 3 + 4 + 16);
+        key.push_str(&self.prefix);
+        key.push_str(":{");
+        key.push_str(&tag);
+        key.push('}');
+        URL_SAFE_NO_PAD.encode_string(&digest[..DIGEST_BYTES], &mut key);
+        key
+    }
+}
+
+/// The 4-character hash tag of a subject: the same for every policy.
+pub fn subject_tag(subject: &SubjectDigest) -> String {
+    let mut h = Sha256::new();
+    put_field(&mut h, TAG_DOMAIN);
+    put_field(&mut h, subject.as_bytes());
+    URL_SAFE_NO_PAD.encode(&h.finalize()[..TAG_BYTES])
+}
+
+/// The Redis Cluster slot of `key` (CRC16/XMODEM of the hash tag, or of the whole key when
+/// it has none), as the cluster computes it.
+pub fn hash_slot(key: &[u8]) -> u16 {
+    let hashed = match key.iter().position(|&b| b == b'{') {
+        Some(open) => match key[open + 1..].iter().position(|&b| b == b'}') {
+            Some(len) if len > 0 => &key[open + 1..open + 1 + len],
+            _ => key,
+        },
+        None => key,
+    };
+    crc16_xmodem(hashed) % 16384
+}
+
+fn crc16_xmodem(data: &[u8]) -> u16 {
+    let mut crc: u16 = 0;
+    for &byte in data {
+        crc ^= u16::from(byte) << 8;
+        for _ in 0..8 {
+            crc = if crc & 0x8000 != 0 {
+                (crc << 1) ^ 0x1021
+            } else {
+                crc << 1
+            };
+        }
+    }
+    crc
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashSet;
+    use std::time::Duration;
+
+    use shared_contract::{
+        AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
+    };
+
+    use super::*;
+
+    fn policy(id: &str, revision: u32) -> RateLimitPolicy {
+        RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new(id).expect("valid id"),
+            revision: PolicyRevision::new(revision).expect("valid revision"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit: 10,
+                window: Duration::from_secs(1),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::from_secs(1),
+            max_clock_regression: Duration::from_secs(1),
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy")
+    }
+
+    fn subject(n: u32) -> SubjectDigest {
+        let mut b = [0u8; 32];
+        b[..4].copy_from_slice(&n.to_be_bytes());
+        SubjectDigest::from_bytes(b)
+    }
+
+    fn keys(id: &str, revision: u32) -> PolicyKeys {
+        PolicyKeys::new("rl", &policy(id, revision)).expect("valid prefix")
+    }
+
+    #[test]
+    fn key_has_the_documented_shape() {
+        let key = keys("api", 1).state_key(&subject(7));
+        assert_eq!(key.len(), "rl:{".len() + 4 + 1 + 16, "{key}");
+        assert!(key.starts_with("rl:{"));
+        assert_eq!(key.as_bytes()[8], b'}');
+        assert!(
+            key[3..]
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'{' | b'}'))
+        );
+    }
+
+    #[test]
+    fn a_new_revision_rolls_the_key() {
+        let s = subject(1);
+        assert_ne!(keys("api", 1).state_key(&s), keys("api", 2).state_key(&s));
+        assert_eq!(keys("api", 1).state_key(&s), keys("api", 1).state_key(&s));
+    }
+
+    #[test]
+    fn one_subject_shares_its_tag_and_slot_across_policies() {
+        let s = subject(42);
+        let a = keys("api", 1).state_key(&s);
+        let b = keys("login", 3).state_key(&s);
+        assert_ne!(a, b);
+        assert_eq!(a[..9], b[..9]);
+        assert_eq!(hash_slot(a.as_bytes()), hash_slot(b.as_bytes()));
+    }
+
+    #[test]
+    fn keys_contain_no_bytes_of_the_subject_or_policy_id() {
+        let policy_id = "checkout-premium";
+        let digest = SubjectDigest::from_bytes(*b"user-42@example.com/10.0.0.1:abc");
+        let key = keys(policy_id, 1).state_key(&digest);
+        assert!(!key.contains(policy_id));
+        let raw = digest.as_bytes();
+        // No 4-byte window of the subject digest (raw or as hex) shows up in the key.
+        for w in raw.windows(4) {
+            assert!(!key.as_bytes().windows(4).any(|k| k == w), "{key}");
+        }
+        assert!(!key.contains("user"));
+    }
+
+    #[test]
+    fn subjects_spread_over_many_slots() {
+        let k = keys("api", 1);
+        let slots: HashSet<u16> = (0..10_000)
+            .map(|n| hash_slot(k.state_key(&subject(n)).as_bytes()))
+            .collect();
+        // 10 000 subjects over 16 384 slots: an even spread fills about 7 600 distinct ones;
+        // tagging by policy would fill exactly one.
+        assert!(slots.len() > 7_000, "only {} slots", slots.len());
+    }
+
+    #[test]
+    fn hash_slot_matches_redis_reference_values() {
+        // Values from the Redis Cluster specification and `CLUSTER KEYSLOT`.
+        assert_eq!(crc16_xmodem(b"123456789"), 0x31C3);
+        assert_eq!(hash_slot(b"foo"), 12182);
+        assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
+        assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+    }
+
+    #[test]
+    fn bad_prefixes_are_refused_by_name() {
+        assert!(check_prefix("rl").is_ok());
+        for bad in ["", "a{b", "a}b", "a:b", "a b", &"x".repeat(33)] {
+            let err = check_prefix(bad).expect_err(bad);
+            assert!(err.to_string().contains("key_prefix"), "{err}");
+        }
+    }
+}
