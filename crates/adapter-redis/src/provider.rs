@@ -463,12 +463,6 @@ impl EdgeRateLimitPort for RedisProvider {
             // Every policy of the set has a plan (built in `connect`); this is unreachable.
             return Err(RequestError::UnknownPolicy(policy.id().clone()));
         };
-        if !plan.program.is_present() {
-            return Ok(RateLimitOutcome::Incompatible {
-                policy_id: policy.id().clone(),
-                category: IncompatibleCategory::Program,
-            });
-        }
         let timeout = shared.settings.command_timeout;
         if request.deadline.remaining_from(Instant::now()) < timeout {
             return Ok(shared.unavailable(policy, UnavailableCategory::Deadline));
@@ -643,7 +637,7 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> 
 /// `SCRIPT` (ACL) is fine: `NOSCRIPT` then triggers `EVAL`. A server that answers another
 /// SHA1 than ours has hashed something else: unusable.
 async fn preload(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
-    for p in programs::PROGRAMS.iter().filter(|p| p.is_present()) {
+    for p in &programs::PROGRAMS {
         match conn
             .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(p.source))
             .await
