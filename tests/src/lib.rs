@@ -2,4 +2,5 @@
 //! self-contained `redis-server` harness.
 
 pub mod conformance;
+pub mod lua;
 pub mod redis_server;

@@ -1,0 +1,460 @@
+//! The Lua programs of `lua/` as the tests drive them: the production source, the test build
+//! that takes `now` from ARGV, the arguments a policy sends, the seven-field reply, and the
+//! state encoding (so tests can plant state and compare it with the reference models).
+//!
+//! This is an independent reading of `docs/lua-programs.md` and of the programs' header
+//! comments, not a re-export of `adapter-redis`: when the two disagree, a test fails.
+
+use redis::Value;
+use shared_contract::model::{
+    AlgorithmState, Evaluation, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
+    TokenBucketState, Verdict,
+};
+use shared_contract::{Algorithm, AlgorithmKind, RateLimitPolicy};
+
+/// The replacement of the `@time-source` block in the test build.
+pub const TEST_TIME_SOURCE: &str = "local now = tonumber(ARGV[#ARGV])";
+const BEGIN: &str = "-- @time-source begin";
+const END: &str = "-- @time-source end";
+
+/// Schema version of every v1 program's state (high nibble of the tag byte).
+pub const SCHEMA_VERSION: u8 = 1;
+
+/// One program of `lua/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Program {
+    FixedWindow,
+    SlidingCounter,
+    TokenBucket,
+    Gcra,
+    SlidingLog,
+}
+
+impl Program {
+    pub const ALL: [Program; 5] = [
+        Program::FixedWindow,
+        Program::SlidingCounter,
+        Program::TokenBucket,
+        Program::Gcra,
+        Program::SlidingLog,
+    ];
+
+    /// The program of an algorithm (`None` for one this build has no program for).
+    pub fn for_kind(kind: AlgorithmKind) -> Option<Self> {
+        Self::ALL.into_iter().find(|p| p.kind() == kind)
+    }
+
+    pub fn kind(self) -> AlgorithmKind {
+        match self {
+            Program::FixedWindow => AlgorithmKind::FixedWindow,
+            Program::SlidingCounter => AlgorithmKind::SlidingWindow,
+            Program::TokenBucket => AlgorithmKind::TokenBucket,
+            Program::Gcra => AlgorithmKind::Gcra,
+            Program::SlidingLog => AlgorithmKind::SlidingLog,
+        }
+    }
+
+    pub fn file_name(self) -> &'static str {
+        match self {
+            Program::FixedWindow => "rate-fixed-window-v1.lua",
+            Program::SlidingCounter => "rate-sliding-counter-v1.lua",
+            Program::TokenBucket => "rate-token-bucket-v1.lua",
+            Program::Gcra => "rate-gcra-v1.lua",
+            Program::SlidingLog => "rate-sliding-log-v1.lua",
+        }
+    }
+
+    /// The production source, exactly as `adapter-redis` embeds it.
+    pub fn source(self) -> &'static str {
+        match self {
+            Program::FixedWindow => include_str!("../../lua/rate-fixed-window-v1.lua"),
+            Program::SlidingCounter => include_str!("../../lua/rate-sliding-counter-v1.lua"),
+            Program::TokenBucket => include_str!("../../lua/rate-token-bucket-v1.lua"),
+            Program::Gcra => include_str!("../../lua/rate-gcra-v1.lua"),
+            Program::SlidingLog => include_str!("../../lua/rate-sliding-log-v1.lua"),
+        }
+    }
+
+    /// The algorithm code in the low nibble of the state's tag byte.
+    pub fn algorithm_code(self) -> u8 {
+        match self {
+            Program::FixedWindow => 1,
+            Program::SlidingCounter => 2,
+            Program::TokenBucket => 3,
+            Program::Gcra => 4,
+            Program::SlidingLog => 5,
+        }
+    }
+
+    /// The first byte of every state value this program writes.
+    pub fn tag(self) -> u8 {
+        (SCHEMA_VERSION << 4) | self.algorithm_code()
+    }
+
+    /// The differential-test build: the marked `TIME` block replaced by
+    /// [`TEST_TIME_SOURCE`]; nothing else differs.
+    ///
+    /// # Errors
+    /// When the source lacks exactly one well-ordered `@time-source` block.
+    pub fn test_variant(self) -> Result<String, String> {
+        let src = self.source();
+        let (Some(b), Some(e)) = (src.find(BEGIN), src.find(END)) else {
+            return Err(format!("{}: no @time-source block", self.file_name()));
+        };
+        if src.matches(BEGIN).count() != 1 || src.matches(END).count() != 1 || e < b {
+            return Err(format!(
+                "{}: malformed @time-source block",
+                self.file_name()
+            ));
+        }
+        Ok(format!(
+            "{}{TEST_TIME_SOURCE}{}",
+            &src[..b],
+            &src[e + END.len()..]
+        ))
+    }
+
+    /// The text of the production `@time-source` block, markers included.
+    pub fn time_source_block(self) -> Option<&'static str> {
+        let src = self.source();
+        let b = src.find(BEGIN)?;
+        let e = src.find(END)?;
+        (e > b).then(|| &src[b..e + END.len()])
+    }
+}
+
+/// ARGV for `policy` and `cost`, in the order of `docs/lua-programs.md` (without the test
+/// build's trailing `now`).
+pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<String> {
+    let mut args = vec![
+        cost.to_string(),
+        policy.revision().get().to_string(),
+        policy.max_clock_regression_ms().to_string(),
+        policy.cleanup_grace_ms().to_string(),
+    ];
+    let params: [u64; 3];
+    let tail: &[u64] = match policy.algorithm() {
+        Algorithm::FixedWindow(p) => {
+            params = [p.limit(), p.window_ms(), 0];
+            &params[..2]
+        }
+        Algorithm::SlidingWindow(p) => {
+            params = [p.limit(), p.window_ms(), 0];
+            &params[..2]
+        }
+        Algorithm::TokenBucket(p) => {
+            params = [p.capacity(), p.scale(), p.units_per_ms()];
+            &params
+        }
+        Algorithm::Gcra(p) => {
+            params = [p.burst(), p.interval_units(), p.units_per_ms()];
+            &params
+        }
+        Algorithm::SlidingLog(p) => {
+            params = [p.limit(), p.window_ms(), 0];
+            &params[..2]
+        }
+    };
+    args.extend(tail.iter().map(u64::to_string));
+    args
+}
+
+/// The seven reply fields.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Reply {
+    pub status: String,
+    pub server_now_ms: u64,
+    pub effective_now_ms: u64,
+    pub limit: u64,
+    pub remaining: u64,
+    pub retry_after_ms: u64,
+    pub reset_at_ms: u64,
+}
+
+impl Reply {
+    /// Parses a program's reply strictly: seven fields, a bulk-string status, six
+    /// non-negative integers.
+    ///
+    /// # Errors
+    /// A description of the first field that does not fit.
+    pub fn parse(value: &Value) -> Result<Reply, String> {
+        let Value::Array(fields) = value else {
+            return Err(format!("reply is not an array: {value:?}"));
+        };
+        if fields.len() != 7 {
+            return Err(format!("reply has {} fields: {value:?}", fields.len()));
+        }
+        let status = match &fields[0] {
+            Value::BulkString(b) => String::from_utf8(b.clone())
+                .map_err(|_| format!("status is not UTF-8: {:?}", fields[0]))?,
+            other => return Err(format!("status is not a bulk string: {other:?}")),
+        };
+        let mut n = [0u64; 6];
+        for (slot, field) in n.iter_mut().zip(&fields[1..]) {
+            *slot = match field {
+                Value::Int(i) if *i >= 0 => *i as u64,
+                other => return Err(format!("field is not a non-negative integer: {other:?}")),
+            };
+        }
+        Ok(Reply {
+            status,
+            server_now_ms: n[0],
+            effective_now_ms: n[1],
+            limit: n[2],
+            remaining: n[3],
+            retry_after_ms: n[4],
+            reset_at_ms: n[5],
+        })
+    }
+
+    /// The reply a program must give for a model evaluation.
+    pub fn expected<S>(e: &Evaluation<S>) -> Reply {
+        Reply {
+            status: match e.verdict {
+                Verdict::Allowed => "ALLOWED",
+                Verdict::Denied => "DENIED",
+                Verdict::ClockUnsafe => "CLOCK_UNSAFE",
+            }
+            .to_string(),
+            server_now_ms: e.server_now_ms,
+            effective_now_ms: e.effective_now_ms,
+            limit: e.limit,
+            remaining: e.remaining,
+            retry_after_ms: e.retry_after_ms,
+            reset_at_ms: e.reset_at_ms,
+        }
+    }
+}
+
+/// Why bytes are not a state value of the v1 programs.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StateError {
+    TooShort(usize),
+    Tag(u8),
+    Varint(usize),
+    Trailing(usize),
+    EntryAfterLast { time: u64, last_ms: u64 },
+}
+
+impl std::fmt::Display for StateError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StateError::TooShort(n) => write!(f, "state value is {n} bytes, too short"),
+            StateError::Tag(t) => write!(f, "state tag byte {t:#04x} is no v1 program's"),
+            StateError::Varint(i) => {
+                write!(f, "varint at byte {i} runs past the end or past 8 bytes")
+            }
+            StateError::Trailing(n) => write!(f, "{n} trailing bytes after the state"),
+            StateError::EntryAfterLast { time, last_ms } => write!(
+                f,
+                "sliding-log entry time {time} is after last_ms {last_ms}: not representable"
+            ),
+        }
+    }
+}
+
+impl std::error::Error for StateError {}
+
+fn put_varint(out: &mut Vec<u8>, mut x: u64) {
+    while x >= 128 {
+        out.push((x % 128) as u8 | 0x80);
+        x /= 128;
+    }
+    out.push(x as u8);
+}
+
+fn get_varint(b: &[u8], i: &mut usize) -> Result<u64, StateError> {
+    let start = *i;
+    let mut v: u64 = 0;
+    for k in 0..8 {
+        let Some(&x) = b.get(start + k) else { break };
+        v |= u64::from(x & 0x7f) << (7 * k);
+        if x < 0x80 {
+            *i = start + k + 1;
+            return Ok(v);
+        }
+    }
+    Err(StateError::Varint(start))
+}
+
+/// The program that writes `state`.
+pub fn program_of(state: &AlgorithmState) -> Program {
+    match state {
+        AlgorithmState::FixedWindow(_) => Program::FixedWindow,
+        AlgorithmState::SlidingWindow(_) => Program::SlidingCounter,
+        AlgorithmState::TokenBucket(_) => Program::TokenBucket,
+        AlgorithmState::Gcra(_) => Program::Gcra,
+        AlgorithmState::SlidingLog(_) => Program::SlidingLog,
+    }
+}
+
+/// The stored value for `state` of policy revision `revision`, byte for byte as the programs
+/// write it (see the State section of each program's header).
+///
+/// # Errors
+/// [`StateError::EntryAfterLast`] for a sliding-log entry the encoding cannot hold.
+pub fn encode_state(revision: u32, state: &AlgorithmState) -> Result<Vec<u8>, StateError> {
+    let last_ms = match state {
+        AlgorithmState::FixedWindow(s) => s.last_ms,
+        AlgorithmState::SlidingWindow(s) => s.last_ms,
+        AlgorithmState::TokenBucket(s) => s.last_ms,
+        AlgorithmState::Gcra(s) => s.last_ms,
+        AlgorithmState::SlidingLog(s) => s.last_ms,
+    };
+    let mut out = vec![program_of(state).tag()];
+    out.extend_from_slice(&last_ms.to_le_bytes()[..6]);
+    put_varint(&mut out, u64::from(revision));
+    match state {
+        AlgorithmState::FixedWindow(s) => put_varint(&mut out, s.count),
+        AlgorithmState::SlidingWindow(s) => {
+            put_varint(&mut out, s.previous);
+            put_varint(&mut out, s.current);
+        }
+        AlgorithmState::TokenBucket(s) => put_varint(&mut out, s.tokens),
+        AlgorithmState::Gcra(s) => put_varint(&mut out, s.debt),
+        AlgorithmState::SlidingLog(s) => {
+            for &(time, cost) in &s.entries {
+                let age = last_ms
+                    .checked_sub(time)
+                    .ok_or(StateError::EntryAfterLast { time, last_ms })?;
+                put_varint(&mut out, age);
+                put_varint(&mut out, cost);
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Decodes a stored value into its revision and state. Checks the layout only; range checks
+/// against a policy are the programs' (and the models') business.
+///
+/// # Errors
+/// [`StateError`] naming what does not fit the layout.
+pub fn decode_state(b: &[u8]) -> Result<(u32, AlgorithmState), StateError> {
+    if b.len() < 8 {
+        return Err(StateError::TooShort(b.len()));
+    }
+    let program = Program::ALL
+        .into_iter()
+        .find(|p| p.tag() == b[0])
+        .ok_or(StateError::Tag(b[0]))?;
+    let mut le = [0u8; 8];
+    le[..6].copy_from_slice(&b[1..7]);
+    let last_ms = u64::from_le_bytes(le);
+    let mut i = 7;
+    let revision = get_varint(b, &mut i)?;
+    let revision = u32::try_from(revision).map_err(|_| StateError::Varint(7))?;
+    let state = match program {
+        Program::FixedWindow => AlgorithmState::FixedWindow(FixedWindowState {
+            last_ms,
+            count: get_varint(b, &mut i)?,
+        }),
+        Program::SlidingCounter => {
+            let previous = get_varint(b, &mut i)?;
+            let current = get_varint(b, &mut i)?;
+            AlgorithmState::SlidingWindow(SlidingWindowState {
+                last_ms,
+                previous,
+                current,
+            })
+        }
+        Program::TokenBucket => AlgorithmState::TokenBucket(TokenBucketState {
+            last_ms,
+            tokens: get_varint(b, &mut i)?,
+        }),
+        Program::Gcra => AlgorithmState::Gcra(GcraState {
+            last_ms,
+            debt: get_varint(b, &mut i)?,
+        }),
+        Program::SlidingLog => {
+            let mut entries = Vec::new();
+            while i < b.len() {
+                let age = get_varint(b, &mut i)?;
+                let cost = get_varint(b, &mut i)?;
+                entries.push((last_ms.saturating_sub(age), cost));
+            }
+            AlgorithmState::SlidingLog(SlidingLogState { last_ms, entries })
+        }
+    };
+    if i != b.len() {
+        return Err(StateError::Trailing(b.len() - i));
+    }
+    Ok((revision, state))
+}
+
+/// A program loaded into one server, run with `EVALSHA`.
+#[derive(Debug, Clone)]
+pub struct Loaded {
+    pub sha1: String,
+}
+
+impl Loaded {
+    /// `SCRIPT LOAD`s `source`.
+    ///
+    /// # Errors
+    /// The server's refusal (a compile error names the line).
+    pub fn load(con: &mut redis::Connection, source: &str) -> redis::RedisResult<Loaded> {
+        let sha1: String = redis::cmd("SCRIPT").arg("LOAD").arg(source).query(con)?;
+        Ok(Loaded { sha1 })
+    }
+
+    /// The `EVALSHA` command for one key and `args`, for pipelines and transactions.
+    pub fn command<A: redis::ToRedisArgs>(&self, key: &str, args: &[A]) -> redis::Cmd {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(&self.sha1).arg(1).arg(key);
+        for a in args {
+            c.arg(a);
+        }
+        c
+    }
+
+    /// Runs the program on `key` and parses the reply.
+    ///
+    /// # Errors
+    /// A Redis error (the programs never raise one on any state) or a malformed reply.
+    pub fn run<A: redis::ToRedisArgs>(
+        &self,
+        con: &mut redis::Connection,
+        key: &str,
+        args: &[A],
+    ) -> Result<Reply, String> {
+        let v: Value = self
+            .command(key, args)
+            .query(con)
+            .map_err(|e| format!("EVALSHA failed: {e}"))?;
+        Reply::parse(&v)
+    }
+}
+
+/// Raw bytes at `key` (`None` when absent).
+///
+/// # Errors
+/// The Redis error (WRONGTYPE for a non-string key).
+pub fn get_raw(con: &mut redis::Connection, key: &str) -> redis::RedisResult<Option<Vec<u8>>> {
+    redis::cmd("GET").arg(key).query(con)
+}
+
+/// `DUMP` of `key`: the serialized value, type and encoding included (`None` when absent).
+///
+/// # Errors
+/// The Redis error.
+pub fn dump(con: &mut redis::Connection, key: &str) -> redis::RedisResult<Option<Vec<u8>>> {
+    redis::cmd("DUMP").arg(key).query(con)
+}
+
+/// `PTTL` of `key` (-2 absent, -1 no TTL).
+///
+/// # Errors
+/// The Redis error.
+pub fn pttl(con: &mut redis::Connection, key: &str) -> redis::RedisResult<i64> {
+    redis::cmd("PTTL").arg(key).query(con)
+}
+
+/// The server's `TIME` in ms.
+///
+/// # Errors
+/// The Redis error, or a malformed reply.
+pub fn server_time_ms(con: &mut redis::Connection) -> redis::RedisResult<u64> {
+    let (s, us): (u64, u64) = redis::cmd("TIME").query(con)?;
+    Ok(s * 1000 + us / 1000)
+}
