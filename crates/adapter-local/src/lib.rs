@@ -14,17 +14,30 @@
 //! revision never reads an old revision's state.
 //!
 //! An entry expires [`RateLimitPolicy::state_lifetime_ms`] (the algorithm's reset horizon plus
-//! the policy's cleanup grace) plus `max_clock_regression` after its last write. State that
-//! old decides exactly like no state, so **expiry never changes a decision**; it only returns
-//! memory. (The margin of `max_clock_regression` covers a wall clock stepped back within the
-//! policy's tolerance, during which old state still matters.)
+//! the policy's cleanup grace) plus `max_clock_regression` after its last write, by the
+//! provider's own [`Clock`]. State that old decides exactly like no state, so **expiry never
+//! changes a decision**; it only frees the slot. (The margin of `max_clock_regression`: a write
+//! made while the clock is behind the stored time, within the tolerance, is computed at the
+//! stored time, so that state matters up to that much longer.) Expired entries read as absent
+//! at once; their memory is reclaimed lazily (reused first when a slot is needed, and swept a
+//! few slots per insert), with no background thread.
 //!
 //! At most [`LocalSettings::max_keys`] keys are held, across all policies. When more subjects
-//! are active, moka evicts entries (TinyLFU: keys seen often are kept, one-off keys go first).
-//! **Eviction means forgetting**: an evicted key that comes back starts from empty state, so
-//! it may be admitted up to a fresh quota again. Over-admission is bounded by one quota per
-//! eviction of that key, and happens only when more than `max_keys` keys are live at once;
-//! size `max_keys` above the number of subjects active within a state lifetime to avoid it.
+//! are active, a new key takes the slot of an expired entry or else evicts one (CLOCK, second
+//! chance: keys seen again since the hand last passed are kept, keys written once and never
+//! seen again go first). **Eviction means forgetting**: an evicted key that comes back starts
+//! from empty state, so it may be admitted up to a fresh quota again. Over-admission is bounded
+//! by one quota per eviction of that key, and happens only when more than `max_keys` keys are
+//! live at once; size `max_keys` above the number of subjects active within a state lifetime
+//! to avoid it.
+//!
+//! # Why not moka
+//!
+//! moka was the design's first choice. Measured (docs/performance.md), its only per-key
+//! serialized read-modify-write, `and_compute_with`, reaches about a tenth of governor's keyed
+//! throughput with a p99 of several microseconds, because every allow is a cache write replayed
+//! through moka's maintenance queues. The sharded map of the `store` module (a lock per shard,
+//! expiry by the injected clock, CLOCK eviction) meets the goals, so it is used instead.
 //!
 //! # Sources and certainty
 //!
@@ -48,7 +61,7 @@ mod store;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::{
@@ -56,7 +69,7 @@ use shared_contract::{
     RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
 };
 
-use store::{Key, Store};
+use store::{Key, SeededFold, Store};
 
 /// Tunables of the local provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,7 +91,11 @@ impl Default for LocalSettings {
 /// The in-memory provider. See the crate docs.
 pub struct LocalProvider {
     policies: PolicySet,
-    slots: HashMap<PolicyId, u32>,
+    /// Slot of each policy; the hasher is the store's, cheaper than SipHash (the ids are
+    /// the configured ones: unknown ids are refused before this lookup).
+    slots: HashMap<PolicyId, u32, SeededFold>,
+    /// Entry lifetime in ms, by slot.
+    lifetimes_ms: Vec<u64>,
     clock: Arc<dyn Clock>,
     store: Store,
     source: Source,
@@ -124,14 +141,15 @@ impl LocalProvider {
         source: Source,
         certainty: Option<Certainty>,
     ) -> Self {
-        let mut slots = HashMap::new();
-        let mut lifetimes = Vec::new();
+        let mut slots = HashMap::with_hasher(SeededFold::new());
+        let mut lifetimes_ms = Vec::new();
         for (slot, policy) in (0u32..).zip(policies.iter()) {
             slots.insert(policy.id().clone(), slot);
-            lifetimes.push(entry_lifetime(policy));
+            lifetimes_ms.push(entry_lifetime_ms(policy));
         }
         Self {
-            store: Store::new(settings.max_keys, lifetimes),
+            store: Store::new(settings.max_keys),
+            lifetimes_ms,
             policies,
             slots,
             clock,
@@ -173,18 +191,22 @@ impl LocalProvider {
             subject: *request.subject.as_bytes(),
         };
         let cost = request.cost;
-        let clock = &self.clock;
-        let evaluation = self.store.update(key, |state| {
-            // Time is read under the key lock, so the evaluations of one key see
-            // non-decreasing times in the order they are serialized.
-            match model::evaluate(policy, state, clock.now_ms(), cost) {
-                Ok(mut evaluation) => (evaluation.new_state.take(), Ok(evaluation)),
-                Err(e) => (None, Err(e)),
-            }
-        });
+        let lifetime_ms = self.lifetimes_ms.get(slot as usize).copied().unwrap_or(0);
+        // The store reads the clock under the key's lock, so the evaluations of one key see
+        // times in the order they are serialized.
+        let evaluation =
+            self.store.update(
+                key,
+                &*self.clock,
+                lifetime_ms,
+                |state, now_ms| match model::evaluate(policy, state, now_ms, cost) {
+                    Ok(mut evaluation) => (evaluation.new_state.take(), Ok(evaluation)),
+                    Err(e) => (None, Err(e)),
+                },
+            );
         Ok(match evaluation {
-            Some(Ok(evaluation)) => self.outcome(policy, &evaluation),
-            Some(Err(_)) | None => RateLimitOutcome::Incompatible {
+            Ok(evaluation) => self.outcome(policy, &evaluation),
+            Err(_) => RateLimitOutcome::Incompatible {
                 policy_id: policy.id().clone(),
                 category: IncompatibleCategory::State,
             },
@@ -212,19 +234,18 @@ impl LocalProvider {
         }
     }
 
-    /// Keys held now (after pending evictions and expiries are applied); at most `max_keys`.
+    /// Live keys held now, at most `max_keys`. Reclaims expired entries first, walking the
+    /// whole map: for tests and diagnostics, not for the request path.
     pub fn stored_keys(&self) -> u64 {
-        self.store.len()
+        self.store.purge_and_count(self.clock.now_ms())
     }
 }
 
 /// How long an entry of `policy` is kept after its last write. See the crate docs.
-fn entry_lifetime(policy: &RateLimitPolicy) -> Duration {
-    Duration::from_millis(
-        policy
-            .state_lifetime_ms()
-            .saturating_add(policy.max_clock_regression_ms()),
-    )
+fn entry_lifetime_ms(policy: &RateLimitPolicy) -> u64 {
+    policy
+        .state_lifetime_ms()
+        .saturating_add(policy.max_clock_regression_ms())
 }
 
 #[async_trait::async_trait]

@@ -1,5 +1,4 @@
-//! Unit tests of the local provider. Time is a [`ManualClock`]: nothing here sleeps, except
-//! the one test of moka's own (real-time) expiry.
+//! Unit tests of the local provider. Time is a [`ManualClock`]: nothing here sleeps.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -177,33 +176,19 @@ fn zero_max_keys_decides_every_request_on_empty_state() {
 }
 
 #[test]
-fn entries_expire_after_their_lifetime() {
-    // Lifetime: window 1 ms + grace 0 + regression 0. moka expires on its own real-time clock,
-    // so this test waits (bounded) for it instead of advancing the manual clock.
-    let p = LocalProvider::new(
-        set(vec![
-            RateLimitPolicy::new(PolicySpec {
-                id: PolicyId::new("api").expect("valid id"),
-                revision: PolicyRevision::new(1).expect("valid revision"),
-                algorithm: fixed(5, 1),
-                max_cost: 1,
-                cleanup_grace: Duration::ZERO,
-                max_clock_regression: Duration::ZERO,
-                failure_policy: FailurePolicy::FailClosed,
-            })
-            .expect("valid policy"),
-        ]),
-        Arc::new(ManualClock::new(START_MS)),
-        LocalSettings::default(),
-    );
+fn entries_expire_after_their_lifetime_by_the_provider_clock() {
+    // Lifetime: reset horizon 1_000 + grace 1_000 + regression 2_000.
+    let (p, clock) = provider(vec![policy("api", 1, fixed(5, 1_000), 1)]);
     for n in 0..10 {
         assert!(decide(&p, &request("api", n, 1)).allowed);
     }
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while p.stored_keys() > 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(5));
-    }
+    assert_eq!(p.stored_keys(), 10);
+    clock.advance(3_999);
+    assert_eq!(p.stored_keys(), 10);
+    clock.advance(1);
     assert_eq!(p.stored_keys(), 0);
+    // Expired state decides like no state: the full quota again.
+    assert_eq!(decide(&p, &request("api", 1, 1)).remaining, 4);
 }
 
 #[test]
