@@ -343,6 +343,52 @@ async fn server_frozen_during_a_request_is_indeterminate_within_the_command_time
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_connection_stuck_for_three_timeouts_is_replaced_and_then_unavailable() {
+    let server = RedisServer::start();
+    let p = policy("stuck", AlgorithmKind::FixedWindow, 1, 50);
+    let mut s = settings(&server);
+    s.command_timeout = Duration::from_millis(100);
+    s.connect_timeout = Duration::from_millis(300);
+    let provider = connect(s, set(vec![p.clone()])).await;
+    assert!(allowed(&provider, &p, subject(13)).await);
+    server.pause();
+    for i in 0..3 {
+        let got = outcome(&provider, &p, subject(13)).await;
+        assert!(
+            matches!(got, RateLimitOutcome::Indeterminate { .. }),
+            "timeout {i}: {got:?}"
+        );
+    }
+    // Presumed stuck: nothing more is sent on it, and a new connection cannot complete its
+    // handshake with a frozen server, so the honest answer is now "not connected".
+    let started = Instant::now();
+    let got = outcome(&provider, &p, subject(13)).await;
+    assert!(
+        matches!(
+            got,
+            RateLimitOutcome::Unavailable {
+                category: UnavailableCategory::Connect,
+                ..
+            }
+        ),
+        "{got:?}"
+    );
+    assert!(started.elapsed() < Duration::from_millis(50));
+    server.resume();
+    let thawed = Instant::now();
+    while !matches!(
+        outcome(&provider, &p, subject(13)).await,
+        RateLimitOutcome::Evaluated(_)
+    ) {
+        assert!(
+            thawed.elapsed() < Duration::from_secs(2),
+            "no decision 2 s after the thaw"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn server_restarted_evaluations_succeed_again_within_a_second() {
     let mut server = RedisServer::start();
     let p = policy("restarted", AlgorithmKind::Gcra, 1, 50);

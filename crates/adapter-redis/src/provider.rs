@@ -25,7 +25,7 @@
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -189,10 +189,38 @@ impl Plan {
     }
 }
 
-/// A live connection and the flag its driver clears when it ends.
+/// Consecutive command timeouts after which a connection is presumed stuck (a half-open
+/// socket, a partition) and replaced: later requests then see `Unavailable(connect)` while
+/// nothing answers, instead of piling up as `Indeterminate` on a dead socket.
+const STUCK_AFTER_TIMEOUTS: u32 = 3;
+
+/// A live connection, the flag its driver clears when it ends, and the notifier that tells
+/// the supervisor to replace it.
 struct Link {
     conn: MultiplexedConnection,
     alive: Arc<AtomicBool>,
+    ended: Arc<Notify>,
+    timeouts: AtomicU32,
+}
+
+impl Link {
+    fn replied(&self) {
+        if self.timeouts.load(Ordering::Relaxed) != 0 {
+            self.timeouts.store(0, Ordering::Relaxed);
+        }
+    }
+
+    fn timed_out(&self) {
+        let n = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
+        if n == STUCK_AFTER_TIMEOUTS {
+            tracing::warn!(
+                timeouts = n,
+                "redis connection presumed stuck; replacing it"
+            );
+            self.alive.store(false, Ordering::Release);
+            self.ended.notify_one();
+        }
+    }
 }
 
 enum SlotState {
@@ -219,7 +247,7 @@ impl Slot {
 }
 
 enum Pick {
-    Up(MultiplexedConnection),
+    Up(Arc<Link>),
     Down(Arc<str>),
     Incompatible(Arc<str>),
 }
@@ -247,7 +275,7 @@ impl Shared {
             };
             match &*guard {
                 SlotState::Up(link) if link.alive.load(Ordering::Acquire) => {
-                    return Pick::Up(link.conn.clone());
+                    return Pick::Up(link.clone());
                 }
                 SlotState::Up(_) => why = Pick::Down("connection lost".into()),
                 SlotState::Down(reason) => {
@@ -470,8 +498,8 @@ impl EdgeRateLimitPort for RedisProvider {
         let Ok(_permit) = shared.admission.try_acquire() else {
             return Ok(shared.unavailable(policy, UnavailableCategory::Admission));
         };
-        let conn = match shared.pick() {
-            Pick::Up(conn) => conn,
+        let link = match shared.pick() {
+            Pick::Up(link) => link,
             Pick::Down(_) => return Ok(shared.unavailable(policy, UnavailableCategory::Connect)),
             Pick::Incompatible(_) => {
                 return Ok(RateLimitOutcome::Incompatible {
@@ -482,12 +510,18 @@ impl EdgeRateLimitPort for RedisProvider {
         };
         let key = plan.keys.state_key(&request.subject);
         let cost = request.cost.get();
-        match tokio::time::timeout(timeout, self.run(plan, conn, &key, cost)).await {
-            Ok(outcome) => Ok(outcome),
-            Err(_elapsed) => Ok(RateLimitOutcome::Indeterminate {
-                policy_id: policy.id().clone(),
-                retry_after_ms: shared.retry_after_ms(),
-            }),
+        match tokio::time::timeout(timeout, self.run(plan, link.conn.clone(), &key, cost)).await {
+            Ok(outcome) => {
+                link.replied();
+                Ok(outcome)
+            }
+            Err(_elapsed) => {
+                link.timed_out();
+                Ok(RateLimitOutcome::Indeterminate {
+                    policy_id: policy.id().clone(),
+                    retry_after_ms: shared.retry_after_ms(),
+                })
+            }
         }
     }
 
@@ -498,7 +532,7 @@ impl EdgeRateLimitPort for RedisProvider {
     /// `Ready` when a connection is up and answers `PING` within `command_timeout`.
     async fn readiness(&self) -> Readiness {
         let mut conn = match self.shared.pick() {
-            Pick::Up(conn) => conn,
+            Pick::Up(link) => link.conn.clone(),
             Pick::Down(reason) => return Readiness::NotReady(format!("redis: {reason}")),
             Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
         };
@@ -567,7 +601,12 @@ async fn open(
             ended.notify_one();
         }
     });
-    let link = Link { conn, alive };
+    let link = Link {
+        conn,
+        alive,
+        ended: ended.clone(),
+        timeouts: AtomicU32::new(0),
+    };
     let setup = async {
         let mut conn = link.conn.clone();
         check_version(&mut conn).await?;
@@ -700,7 +739,8 @@ async fn supervise(
                 // The flag is already cleared by the driver; the slot now says why.
                 slot.set(SlotState::Down("connection lost; reconnecting".into()));
                 tracing::warn!(host = %endpoint.host, port = endpoint.port, "redis connection lost");
-                drop(driver);
+                // Ended by its driver (a no-op abort) or declared stuck: close the socket.
+                driver.abort();
                 continue;
             }
             Err(Attempt::Down(reason)) => {
@@ -723,5 +763,83 @@ async fn supervise(
         }
         tokio::time::sleep(backoff).await;
         backoff = (backoff * 2).min(settings.reconnect_backoff_max.max(min_backoff));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_documented_ones() {
+        let s = RedisSettings::new("redis://127.0.0.1:6379/0");
+        assert_eq!(s.command_timeout, Duration::from_millis(50));
+        assert_eq!(s.max_in_flight, 1024);
+        assert_eq!(s.key_prefix, "rl");
+        assert_eq!(s.connections, 1);
+        assert!(s.validate().is_ok());
+    }
+
+    #[test]
+    fn passwords_never_reach_errors_or_debug_output() {
+        let s = RedisSettings::new("redis://limiter:hunter2-secret@127.0.0.1:6379/0");
+        assert!(s.validate().is_ok());
+        assert!(!format!("{s:?}").contains("hunter2"), "{s:?}");
+        let bad = RedisSettings::new("redis://limiter:hunter2-secret@[::1/0");
+        let err = bad
+            .validate()
+            .err()
+            .map(|e| e.to_string())
+            .unwrap_or_default();
+        assert!(err.contains("rate_limit.redis.url"), "{err}");
+        assert!(!err.contains("hunter2"), "{err}");
+    }
+
+    #[test]
+    fn tls_and_unix_urls_are_refused_by_scheme() {
+        for url in [
+            "rediss://127.0.0.1:6380/0",
+            "redis+unix:///tmp/r.sock",
+            "unix:///tmp/r.sock",
+        ] {
+            match RedisSettings::new(url).validate() {
+                Err(Error::UnsupportedScheme { .. }) => {}
+                other => panic!("{url}: {:?}", other.err()),
+            }
+        }
+    }
+
+    #[test]
+    fn out_of_range_bounds_are_refused() {
+        let base = || RedisSettings::new("redis://127.0.0.1:6379/0");
+        let cases = [
+            RedisSettings {
+                max_in_flight: 0,
+                ..base()
+            },
+            RedisSettings {
+                connections: 0,
+                ..base()
+            },
+            RedisSettings {
+                connections: RedisSettings::MAX_CONNECTIONS + 1,
+                ..base()
+            },
+            RedisSettings {
+                command_timeout: Duration::from_micros(500),
+                ..base()
+            },
+            RedisSettings {
+                command_timeout: Duration::from_secs(61),
+                ..base()
+            },
+            RedisSettings {
+                connect_timeout: Duration::ZERO,
+                ..base()
+            },
+        ];
+        for s in cases {
+            assert!(s.validate().is_err(), "{s:?}");
+        }
     }
 }
