@@ -26,6 +26,10 @@ pub use decision::{
     Certainty, IncompatibleCategory, RateLimitDecision, RateLimitOutcome, Source,
     UnavailableCategory,
 };
+pub use gate::{
+    EventGatePort, EventId, EventKey, EventStatus, GateClock, GateId, GateMode, GateOutcome,
+    GateSet, GateSettings, GateSpec, GateState,
+};
 pub use ids::{Cost, Deadline, EvaluationId, IdError, PolicyId, PolicyRevision, SubjectDigest};
 pub use policy::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyError, PolicyErrors, PolicySpec,
