@@ -266,7 +266,8 @@ impl Shared {
     fn pick(&self) -> Pick {
         let n = self.slots.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
-        let mut why = Pick::Down("not connected yet".into());
+        // Built only on the failure path: the happy path allocates nothing.
+        let mut why: Option<Pick> = None;
         for i in 0..n {
             let slot = &self.slots[(start + i) % n];
             let guard = match slot.state.read() {
@@ -277,16 +278,20 @@ impl Shared {
                 SlotState::Up(link) if link.alive.load(Ordering::Acquire) => {
                     return Pick::Up(link.clone());
                 }
-                SlotState::Up(_) => why = Pick::Down("connection lost".into()),
-                SlotState::Down(reason) => {
-                    if !matches!(why, Pick::Incompatible(_)) {
-                        why = Pick::Down(reason.clone());
+                SlotState::Up(_) => {
+                    if !matches!(why, Some(Pick::Incompatible(_))) {
+                        why = Some(Pick::Down("connection lost; reconnecting".into()));
                     }
                 }
-                SlotState::Incompatible(reason) => why = Pick::Incompatible(reason.clone()),
+                SlotState::Down(reason) => {
+                    if !matches!(why, Some(Pick::Incompatible(_))) {
+                        why = Some(Pick::Down(reason.clone()));
+                    }
+                }
+                SlotState::Incompatible(reason) => why = Some(Pick::Incompatible(reason.clone())),
             }
         }
-        why
+        why.unwrap_or_else(|| Pick::Down("no connection configured".into()))
     }
 
     fn unavailable(
