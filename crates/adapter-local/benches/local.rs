@@ -427,7 +427,28 @@ fn memory_table() {
     }
 }
 
+/// `ADAPTER_LOCAL_BENCH_PROFILE=hot|many`: only loop `local_sync` for 10 s (under `perf`).
+fn profile(which: &str) {
+    let keys = keys(if which == "many" { MANY_KEYS } else { 1 });
+    let l = LocalSync(local(LocalSettings::default().max_keys));
+    prefill(&l, &keys);
+    let start = Instant::now();
+    let mut n = 0u64;
+    while start.elapsed() < Duration::from_secs(10) {
+        run(&l, &keys, 1, 1_000_000);
+        n += 1_000_000;
+    }
+    println!(
+        "{:.0} decisions/s",
+        n as f64 / start.elapsed().as_secs_f64()
+    );
+}
+
 fn main() {
+    if let Ok(which) = std::env::var("ADAPTER_LOCAL_BENCH_PROFILE") {
+        profile(&which);
+        return;
+    }
     if let Ok(which) = std::env::var(MEMORY_CHILD_ENV) {
         memory_child(&which);
         return;

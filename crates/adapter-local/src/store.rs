@@ -2,10 +2,10 @@
 //! each shard behind its own lock.
 //!
 //! Why not moka (the design's first choice): measured on this machine, moka's
-//! `and_compute_with` (the only moka API that serializes a read-modify-write per key) costs
-//! 2-5 µs per decision with a p99 of 6-18 µs, about a tenth of governor's keyed throughput,
+//! `and_compute_with` (the only moka API that serializes a read-modify-write per key) makes
+//! ~0.1-0.5 M decisions/s with a p99 of 30-70 µs, a tenth of governor's keyed throughput,
 //! because every allow is a cache write that moka replays through its maintenance queues.
-//! This map does the same job in ~0.1-0.3 µs; docs/performance.md has the figures.
+//! docs/performance.md has the figures of both.
 //!
 //! - **Atomic per key**: the whole read-modify-write of a key (clock read, model, write back)
 //!   runs under its shard's lock, so evaluations of one key are serialized, including around
@@ -14,11 +14,13 @@
 //!   `t + lifetime`; after that it reads as absent (exactly like no state, see the crate docs)
 //!   and its slot is reclaimed lazily: reused first by the eviction hand, and swept a couple
 //!   of slots per insert. No background thread.
-//! - **Bounded**: shard capacities sum to `max_keys` exactly. A new key in a full shard takes
-//!   the slot of an expired entry, else of a victim chosen by CLOCK (second chance): an entry
-//!   read or written since the hand last passed survives one more round; an entry written
-//!   once and never seen again goes first, so a flood of one-off keys displaces them before
-//!   the active keys.
+//! - **Bounded**: a provider-wide count holds the number of keys to `max_keys` (shards have
+//!   no capacity of their own, so an uneven spread of keys never evicts early). A new key
+//!   beyond the bound takes the slot of an expired entry, else of a victim chosen by CLOCK
+//!   (second chance) in its shard: an entry read or written since the hand last passed
+//!   survives; an entry written once and never seen again goes first, so a flood of one-off
+//!   keys displaces one-off keys before active ones. The hand looks at most
+//!   [`VICTIM_PROBES`] entries per eviction, so an insert costs a bounded amount of work.
 //! - **Hashing**: subject digests are HMAC outputs (uniform and unpredictable without the
 //!   secret), so the hash folds their bytes with a per-process random seed instead of running
 //!   SipHash over 36 bytes.
@@ -26,6 +28,7 @@
 use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use parking_lot::Mutex;
 use shared_contract::Clock;
@@ -123,7 +126,6 @@ struct Entry {
 struct Shard {
     map: HashMap<Key, Entry, SeededFold>,
     ring: Vec<Key>,
-    capacity: usize,
     /// CLOCK hand: the next eviction candidate.
     hand: usize,
     /// Sweep cursor: the next slot checked for expiry on insert.
@@ -134,21 +136,49 @@ struct Shard {
 /// bounded cost per call.
 const SWEEP_PER_INSERT: usize = 2;
 
+/// Most entries the CLOCK hand looks at for one eviction. When all of them were seen
+/// recently the last one goes anyway: an unbounded hand would scan a whole shard (thousands of
+/// cache misses) whenever every key is active, which is exactly when evictions are frequent.
+const VICTIM_PROBES: usize = 8;
+
+/// The provider-wide count of held keys, against `max_keys`.
+#[derive(Debug)]
+struct Budget {
+    held: AtomicU64,
+    max: u64,
+}
+
+impl Budget {
+    /// Takes one key of the budget, if any is left.
+    fn take(&self) -> bool {
+        self.held
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < self.max).then_some(n + 1)
+            })
+            .is_ok()
+    }
+
+    fn give_back(&self) {
+        self.held.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
 impl Shard {
-    fn new(capacity: usize, hasher: SeededFold) -> Self {
+    fn new(hasher: SeededFold) -> Self {
         Self {
             map: HashMap::with_hasher(hasher),
             ring: Vec::new(),
-            capacity,
             hand: 0,
             sweep: 0,
         }
     }
 
     /// Forgets the key at ring position `i`; the last key moves into its place.
-    fn remove_at(&mut self, i: usize) {
+    fn remove_at(&mut self, i: usize, budget: &Budget) {
         let removed = self.ring.swap_remove(i);
-        self.map.remove(&removed);
+        if self.map.remove(&removed).is_some() {
+            budget.give_back();
+        }
         if let Some(moved) = self.ring.get(i)
             && let Some(entry) = self.map.get_mut(moved)
         {
@@ -163,46 +193,55 @@ impl Shard {
             .is_none_or(|e| e.expires_at_ms <= now_ms)
     }
 
-    fn sweep(&mut self, now_ms: u64, mut budget: usize) {
-        while budget > 0 && !self.ring.is_empty() {
+    fn sweep(&mut self, now_ms: u64, mut steps: usize, budget: &Budget) {
+        while steps > 0 && !self.ring.is_empty() {
             if self.sweep >= self.ring.len() {
                 self.sweep = 0;
             }
             if self.expired_at(self.sweep, now_ms) {
                 // The last key moved into this position: check it next.
-                self.remove_at(self.sweep);
+                self.remove_at(self.sweep, budget);
             } else {
                 self.sweep += 1;
             }
-            budget -= 1;
+            steps -= 1;
         }
     }
 
-    /// The ring position to reuse in a full shard: an expired key, else the first
-    /// unreferenced one. Ends within two turns of the hand, since each turn clears the
-    /// references it passes.
+    /// The ring position to reuse (the shard is not empty): the first expired or
+    /// unreferenced key among the next [`VICTIM_PROBES`] under the hand, else the last of them.
     fn victim(&mut self, now_ms: u64) -> usize {
-        loop {
+        let mut i = 0;
+        for _ in 0..VICTIM_PROBES {
             if self.hand >= self.ring.len() {
                 self.hand = 0;
             }
-            let i = self.hand;
+            i = self.hand;
             self.hand += 1;
             match self.map.get_mut(&self.ring[i]) {
                 Some(e) if e.expires_at_ms > now_ms && e.referenced => e.referenced = false,
                 _ => return i,
             }
         }
+        i
     }
 
-    fn insert(&mut self, key: Key, state: AlgorithmState, expires_at_ms: u64, now_ms: u64) {
-        if self.capacity == 0 {
-            return;
-        }
-        self.sweep(now_ms, SWEEP_PER_INSERT);
-        let ring_pos = if self.ring.len() < self.capacity {
+    fn insert(
+        &mut self,
+        key: Key,
+        state: AlgorithmState,
+        expires_at_ms: u64,
+        now_ms: u64,
+        budget: &Budget,
+    ) {
+        self.sweep(now_ms, SWEEP_PER_INSERT, budget);
+        let ring_pos = if budget.take() {
             self.ring.push(key);
             self.ring.len() - 1
+        } else if self.ring.is_empty() {
+            // The provider is full and this shard holds nothing to evict: the key is not
+            // stored (it will start fresh next time, as if evicted at once).
+            return;
         } else {
             let i = self.victim(now_ms);
             let old = std::mem::replace(&mut self.ring[i], key);
@@ -221,8 +260,8 @@ impl Shard {
     }
 }
 
-/// Keys per shard at most, so that a shard's index stays below hashbrown's 7/8 load factor
-/// of 4096 buckets when full (no rounding up to 8192 buckets).
+/// Expected keys per shard at `max_keys`, so that a shard's map stays below hashbrown's 7/8
+/// load factor of 4096 buckets (no rounding up to 8192).
 const SHARD_TARGET: u64 = 3_584;
 const MAX_SHARDS: u64 = 4_096;
 
@@ -231,6 +270,9 @@ const MAX_SHARDS: u64 = 4_096;
 pub(crate) struct Store {
     shards: Box<[Mutex<Shard>]>,
     hasher: SeededFold,
+    /// Shards have no capacity of their own: the bound is provider-wide, so an unlucky
+    /// distribution of keys over shards never evicts before `max_keys` keys are held.
+    budget: Budget,
 }
 
 impl Store {
@@ -238,16 +280,15 @@ impl Store {
     pub fn new(max_keys: u64) -> Self {
         let n = max_keys.div_ceil(SHARD_TARGET).clamp(1, MAX_SHARDS);
         let hasher = SeededFold::new();
-        let shards = (0..n)
-            .map(|i| {
-                let capacity = max_keys / n + u64::from(i < max_keys % n);
-                Mutex::new(Shard::new(
-                    usize::try_from(capacity).unwrap_or(usize::MAX),
-                    hasher,
-                ))
-            })
-            .collect();
-        Self { shards, hasher }
+        let shards = (0..n).map(|_| Mutex::new(Shard::new(hasher))).collect();
+        Self {
+            shards,
+            hasher,
+            budget: Budget {
+                held: AtomicU64::new(0),
+                max: max_keys,
+            },
+        }
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
@@ -285,7 +326,7 @@ impl Store {
         }
         let (new_state, result) = f(None, now);
         if let Some(state) = new_state {
-            shard.insert(key, state, expires_at, now);
+            shard.insert(key, state, expires_at, now, &self.budget);
         }
         result
     }
@@ -299,7 +340,7 @@ impl Store {
             let mut i = 0;
             while i < shard.ring.len() {
                 if shard.expired_at(i, now_ms) {
-                    shard.remove_at(i);
+                    shard.remove_at(i, &self.budget);
                 } else {
                     i += 1;
                 }
@@ -340,10 +381,15 @@ mod tests {
 
     /// Every map entry is in the ring at the position it records, and nothing else is.
     fn assert_consistent(store: &Store) {
+        let mut held = 0;
+        for shard in store.shards.iter() {
+            held += shard.lock().map.len() as u64;
+        }
+        assert_eq!(store.budget.held.load(Ordering::Acquire), held);
+        assert!(held <= store.budget.max);
         for shard in store.shards.iter() {
             let shard = shard.lock();
             assert_eq!(shard.map.len(), shard.ring.len());
-            assert!(shard.map.len() <= shard.capacity);
             for (i, k) in shard.ring.iter().enumerate() {
                 assert_eq!(shard.map.get(k).map(|e| e.ring_pos as usize), Some(i));
             }

@@ -2,7 +2,7 @@
 
 use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use proptest::prelude::*;
 use shared_contract::model::{self, AlgorithmState, Verdict};
@@ -239,24 +239,6 @@ fn clock_regression_beyond_threshold_is_unavailable_and_leaves_state_untouched()
     let d = decide(&p, &request("api", 1, 1));
     assert!(d.allowed);
     assert_eq!(d.remaining, 0);
-}
-
-#[test]
-fn passed_deadline_is_unavailable_and_consumes_nothing() {
-    let (p, _clock) = provider(vec![policy("api", 1, fixed(1, 60_000), 1)]);
-    let mut r = request("api", 1, 1);
-    let past = Instant::now()
-        .checked_sub(Duration::from_secs(1))
-        .unwrap_or_else(Instant::now);
-    r.deadline = Deadline::at(past, Duration::from_millis(1)).expect("valid deadline");
-    assert!(matches!(
-        p.evaluate_now(&r),
-        Ok(RateLimitOutcome::Unavailable {
-            category: UnavailableCategory::Deadline,
-            ..
-        })
-    ));
-    assert!(decide(&p, &request("api", 1, 1)).allowed);
 }
 
 #[test]
