@@ -511,3 +511,125 @@ async fn bad_settings_are_refused_by_name() {
         assert!(err.to_string().contains(field), "{err}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn out_of_memory_with_noeviction_is_unavailable_server_and_writes_nothing() {
+    let server = RedisServer::start();
+    let p = policy("oom", AlgorithmKind::TokenBucket, 1, 5);
+    let provider = connect(settings(&server), set(vec![p.clone()])).await;
+    let mut c = server.connection();
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory-policy")
+        .arg("noeviction")
+        .query(&mut c)
+        .expect("CONFIG SET");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("1")
+        .query(&mut c)
+        .expect("CONFIG SET");
+    assert!(matches!(
+        outcome(&provider, &p, subject(14)).await,
+        RateLimitOutcome::Unavailable {
+            category: UnavailableCategory::Server,
+            ..
+        }
+    ));
+    let key = provider.state_key(p.id(), &subject(14)).expect("a key");
+    let n: i64 = query(&server, redis::cmd("EXISTS").arg(&key));
+    assert_eq!(n, 0, "the refused write must not exist");
+    let _: () = redis::cmd("CONFIG")
+        .arg("SET")
+        .arg("maxmemory")
+        .arg("0")
+        .query(&mut c)
+        .expect("CONFIG SET");
+    assert!(allowed(&provider, &p, subject(14)).await);
+}
+
+/// `ACL SETUSER name on >pw <rules...>` on `server`.
+fn acl_user(server: &RedisServer, name: &str, rules: &[&str]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER").arg(name).arg("on").arg(">s3cret-pw");
+    for r in rules {
+        cmd.arg(*r);
+    }
+    let _: () = query(server, &mut cmd);
+}
+
+fn url_as(server: &RedisServer, user: &str, password: &str) -> String {
+    format!("redis://{user}:{password}@127.0.0.1:{}/0", server.port())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_acl_user_evaluates_and_missing_rights_are_incompatible_program() {
+    let server = RedisServer::start();
+    let p = policy("acl", AlgorithmKind::FixedWindow, 1, 5);
+    // Exactly what the provider and the programs use: no INFO, no CLIENT, no other keys.
+    let needed = [
+        "~rl:*",
+        "+evalsha",
+        "+eval",
+        "+script|load",
+        "+ping",
+        "+time",
+        "+get",
+        "+set",
+    ];
+    acl_user(&server, "limiter", &needed);
+    acl_user(&server, "notime", &needed[..needed.len() - 3]);
+    acl_user(
+        &server,
+        "otherkeys",
+        &[
+            "~app:*",
+            "+evalsha",
+            "+eval",
+            "+script|load",
+            "+ping",
+            "+time",
+            "+get",
+            "+set",
+        ],
+    );
+    let as_user = |user: &str, pw: &str| RedisSettings {
+        url: url_as(&server, user, pw),
+        ..settings(&server)
+    };
+
+    let limiter = connect(as_user("limiter", "s3cret-pw"), set(vec![p.clone()])).await;
+    assert!(
+        allowed(&limiter, &p, subject(15)).await,
+        "least privilege suffices"
+    );
+    assert_eq!(limiter.readiness().await, Readiness::Ready);
+
+    for user in ["notime", "otherkeys"] {
+        let provider = connect(as_user(user, "s3cret-pw"), set(vec![p.clone()])).await;
+        assert_eq!(
+            outcome(&provider, &p, subject(16)).await,
+            RateLimitOutcome::Incompatible {
+                policy_id: p.id().clone(),
+                category: IncompatibleCategory::Program,
+            },
+            "{user}"
+        );
+    }
+
+    let mut wrong = as_user("limiter", "wrong-password");
+    wrong.connect_timeout = Duration::from_millis(300);
+    let provider = connect(wrong, set(vec![p.clone()])).await;
+    assert!(matches!(
+        outcome(&provider, &p, subject(17)).await,
+        RateLimitOutcome::Unavailable {
+            category: UnavailableCategory::Connect,
+            ..
+        }
+    ));
+    match provider.readiness().await {
+        Readiness::NotReady(why) => assert!(!why.contains("wrong-password"), "{why}"),
+        Readiness::Ready => panic!("ready with a wrong password"),
+    }
+}

@@ -16,6 +16,14 @@
 //! every evaluation is `Unavailable(connect)` (nothing is sent) and `readiness()` says why; a
 //! service can therefore start before its Redis and becomes ready when Redis does.
 //!
+//! ## Least privilege
+//!
+//! A dedicated ACL user needs only `~<key_prefix>:* +evalsha +eval +script|load +ping +time
+//! +get +set` (the programs call `TIME`, `GET` and `SET`). `INFO` is optional: without it
+//! the server version check is skipped. Credentials come from the URL
+//! (`redis://user:password@host:port/db`); a refused login leaves the connection down
+//! (`Unavailable(connect)`), a refused command or key is `Incompatible(program)`.
+//!
 //! ## At most once
 //!
 //! The driver is used without any retry: a command is handed to the connection once, and a
@@ -638,11 +646,26 @@ enum Attempt {
     Incompatible(String),
 }
 
+/// Refuses servers older than the programs' minimum. A least-privilege ACL user may not be
+/// allowed `INFO`; the check is then skipped (the programs still refuse to run on a server
+/// that lacks what they use, which surfaces as `Incompatible(program)`).
 async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
-    let info = conn
+    let refused = |code: &str| {
+        tracing::warn!(
+            code,
+            "INFO refused (ACL?); skipping the server version check"
+        );
+        Ok(())
+    };
+    let info = match conn
         .send_packed_command(redis::cmd("INFO").arg("server"))
         .await
-        .map_err(|e| Attempt::Down(format!("INFO server: {e}")))?;
+    {
+        Ok(Value::ServerError(e)) => return refused(e.code()),
+        Err(e) if e.code().is_some() => return refused(e.code().unwrap_or_default()),
+        Err(e) => return Err(Attempt::Down(format!("INFO server: {e}"))),
+        Ok(info) => info,
+    };
     let text = match info {
         Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
         Value::VerbatimString { text, .. } => text,
