@@ -113,6 +113,78 @@ fn seed_strictly_once_example_publishes_only_1_apple_and_7_taco() {
     assert_eq!(published, vec!["e1", "e7"]);
 }
 
+/// The seed's input again, with every clock value the gate hands out, as
+/// `docs/event-gates.md` works it: `(clock, id, what)`.
+fn seed_clock_sequence(mode: GateMode) -> Vec<(u64, String, &'static str)> {
+    let mut gate = GateState::new(settings(mode, 3_000));
+    let mut out = Vec::new();
+    let mut record = |u: &StatusUpdate, out: &mut Vec<_>| {
+        out.push((u.clock.get(), u.id.to_string(), u.status.as_str()));
+    };
+    for (at, k, i) in [
+        (1_000, "apple", "e1"),
+        (2_000, "taco", "e2"),
+        (3_000, "taco", "e3"),
+        (4_000, "taco", "e4"),
+        (7_000, "taco", "e7"),
+    ] {
+        for u in gate.publish_due(at, 100).expect("publish") {
+            record(&u, &mut out);
+        }
+        let s = submit(&mut gate, k, i, at);
+        if let Some(u) = &s.update {
+            if u.status != EventStatus::Submitted {
+                record(u, &mut out);
+            }
+        }
+        let what = match s.outcome {
+            SubmitOutcome::Submitted { .. } => "submitted",
+            SubmitOutcome::Rejected { .. } => "rejected",
+            SubmitOutcome::Duplicate(_) => "duplicate",
+        };
+        out.push((s.outcome.clock().get(), i.to_string(), what));
+    }
+    for u in gate.publish_due(10_000, 100).expect("publish") {
+        record(&u, &mut out);
+    }
+    out
+}
+
+#[test]
+fn seed_examples_hand_out_the_documented_clock_values() {
+    let s = |v: &[(u64, &str, &'static str)]| {
+        v.iter()
+            .map(|(c, i, w)| (*c, i.to_string(), *w))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        seed_clock_sequence(GateMode::OnlyOnce),
+        s(&[
+            (1, "e1", "submitted"),
+            (2, "e2", "submitted"),
+            (3, "e3", "rejected"),
+            (4, "e1", "published"),
+            (5, "e4", "rejected"),
+            (6, "e2", "published"),
+            (7, "e7", "submitted"),
+            (8, "e7", "published"),
+        ])
+    );
+    assert_eq!(
+        seed_clock_sequence(GateMode::StrictlyOnce),
+        s(&[
+            (1, "e1", "submitted"),
+            (2, "e2", "submitted"),
+            (3, "e2", "invalidated"),
+            (4, "e3", "rejected"),
+            (5, "e1", "published"),
+            (6, "e4", "rejected"),
+            (7, "e7", "submitted"),
+            (8, "e7", "published"),
+        ])
+    );
+}
+
 #[test]
 fn events_exactly_duration_apart_do_not_conflict_one_ms_less_does() {
     for mode in GateMode::ALL {
@@ -575,6 +647,23 @@ impl Harness {
                 prop_assert_eq!(&self.gate, &before, "a refusal changes nothing");
                 return Ok(());
             }
+            Err(GateError::Full { max }) => {
+                let max = usize::try_from(max).expect("small bound");
+                prop_assert!(before.len() >= max || before.window_count() >= max);
+                // Only an event that would be submitted needs room.
+                let at = before.last_now_ms().map_or(now, |l| l.max(now));
+                let conflict = self
+                    .window_receipt(&key)
+                    .is_some_and(|r| at < r.at + self.duration);
+                prop_assert!(!conflict, "a rejection was refused as Full");
+                prop_assert!(
+                    !self.held.contains_key(&id),
+                    "a duplicate was refused as Full"
+                );
+                prop_assert_eq!(self.gate.snapshot(), before.snapshot());
+                prop_assert_eq!(self.gate.len(), before.len());
+                return Ok(());
+            }
             Err(e) => return Err(TestCaseError::fail(format!("submit failed: {e}"))),
         };
         let at = s.now_ms;
@@ -826,8 +915,9 @@ fn gate_settings() -> impl Strategy<Value = GateSettings> {
         1u64..40,
         1u64..60,
         0u64..6,
+        prop_oneof![3 => Just(10_000u64), 1 => 1u64..6],
     )
-        .prop_map(|(mode, d, r, reg)| {
+        .prop_map(|(mode, d, r, reg, max_events)| {
             let mut spec = GateSpec::new(
                 GateId::new("g").expect("id"),
                 mode,
@@ -835,7 +925,7 @@ fn gate_settings() -> impl Strategy<Value = GateSettings> {
             );
             spec.retention = Duration::from_millis(r);
             spec.max_clock_regression = Duration::from_millis(reg);
-            spec.max_events = 10_000;
+            spec.max_events = max_events;
             GateSettings::new(spec).expect("valid settings")
         })
 }

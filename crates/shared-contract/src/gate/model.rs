@@ -34,7 +34,8 @@
 //!   kept for `retention`, then removed by [`GateState::sweep`]; removal is no status change
 //!   and takes no clock value.
 //!
-//! Every operation either fails before it mutates anything or succeeds completely.
+//! Every operation either fails before it mutates anything or succeeds completely (a `Full`
+//! refusal may first prune lapsed key windows, which is invisible).
 
 use std::collections::{BTreeSet, HashMap};
 
