@@ -118,7 +118,7 @@ fn seed_strictly_once_example_publishes_only_1_apple_and_7_taco() {
 fn seed_clock_sequence(mode: GateMode) -> Vec<(u64, String, &'static str)> {
     let mut gate = GateState::new(settings(mode, 3_000));
     let mut out = Vec::new();
-    let mut record = |u: &StatusUpdate, out: &mut Vec<_>| {
+    let record = |u: &StatusUpdate, out: &mut Vec<_>| {
         out.push((u.clock.get(), u.id.to_string(), u.status.as_str()));
     };
     for (at, k, i) in [
@@ -132,10 +132,12 @@ fn seed_clock_sequence(mode: GateMode) -> Vec<(u64, String, &'static str)> {
             record(&u, &mut out);
         }
         let s = submit(&mut gate, k, i, at);
-        if let Some(u) = &s.update {
-            if u.status != EventStatus::Submitted {
-                record(u, &mut out);
-            }
+        if let Some(u) = s
+            .update
+            .as_ref()
+            .filter(|u| u.status != EventStatus::Submitted)
+        {
+            record(u, &mut out);
         }
         let what = match s.outcome {
             SubmitOutcome::Submitted { .. } => "submitted",
