@@ -633,3 +633,60 @@ async fn a_least_privilege_acl_user_evaluates_and_missing_rights_are_incompatibl
         Readiness::Ready => panic!("ready with a wrong password"),
     }
 }
+
+/// Plants GCRA state at `key` (of a `policy(_, Gcra, 1, 5)`: 2 of 5 burst units in debt) whose
+/// last observed time is `ahead_ms` past the server's clock, and returns the stored bytes.
+fn plant_future_state(server: &RedisServer, key: &str, ahead_ms: u64) -> Vec<u8> {
+    use shared_contract::model::{AlgorithmState, GcraState};
+    let mut c = server.connection();
+    let now = acceptance_tests::lua::server_time_ms(&mut c).expect("TIME");
+    // 5 per day: interval_units = 86_400_000 / gcd(5, 86_400_000) = 17_280_000.
+    let state = AlgorithmState::Gcra(GcraState {
+        last_ms: now + ahead_ms,
+        debt: 2 * 17_280_000,
+    });
+    let bytes = acceptance_tests::lua::encode_state(1, &state).expect("encodable state");
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(bytes.as_slice())
+        .query(&mut c)
+        .expect("SET");
+    bytes
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clock_regression_beyond_the_threshold_is_unavailable_clock_and_leaves_state_unchanged() {
+    let server = RedisServer::start();
+    // max_clock_regression is 2 s; the stored state is 60 s ahead of the server clock.
+    let p = policy("clock", AlgorithmKind::Gcra, 1, 5);
+    let provider = connect(settings(&server), set(vec![p.clone()])).await;
+    let key = provider.state_key(p.id(), &subject(18)).expect("a key");
+    let planted = plant_future_state(&server, &key, 60_000);
+    match outcome(&provider, &p, subject(18)).await {
+        RateLimitOutcome::Unavailable {
+            category: UnavailableCategory::Clock,
+            retry_after_ms,
+            ..
+        } => assert!(
+            (55_000..=60_000).contains(&retry_after_ms),
+            "{retry_after_ms}"
+        ),
+        other => panic!("expected Unavailable(clock), got {other:?}"),
+    }
+    let stored: Vec<u8> = query(&server, redis::cmd("GET").arg(&key));
+    assert_eq!(stored, planted, "state must be byte-for-byte unchanged");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_small_clock_regression_is_clamped_and_decided() {
+    let server = RedisServer::start();
+    let p = policy("clamp", AlgorithmKind::Gcra, 1, 5);
+    let provider = connect(settings(&server), set(vec![p.clone()])).await;
+    let key = provider.state_key(p.id(), &subject(19)).expect("a key");
+    let _ = plant_future_state(&server, &key, 500);
+    match outcome(&provider, &p, subject(19)).await {
+        // 2 units of debt, nothing repaid at the clamped time: this one leaves 2 of 5.
+        RateLimitOutcome::Evaluated(d) => assert!(d.allowed && d.remaining == 2, "{d:?}"),
+        other => panic!("expected a decision at the clamped time, got {other:?}"),
+    }
+}
