@@ -31,7 +31,12 @@ fn report(name: &str, n: u64, elapsed: Duration, h: &Histogram<u64>) {
     );
 }
 
-async fn with_fred(port: u16, secs: u64, c: u64, sha: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn with_fred(
+    port: u16,
+    secs: u64,
+    c: u64,
+    sha: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     let config = Config::from_url(&format!("redis://127.0.0.1:{port}/0"))?;
     let client = Builder::from_config(config).build()?;
     client.init().await?;
@@ -66,10 +71,17 @@ async fn with_fred(port: u16, secs: u64, c: u64, sha: &str) -> Result<(), Box<dy
     Ok(())
 }
 
-async fn with_redis(port: u16, secs: u64, c: u64, sha: &str) -> Result<(), Box<dyn std::error::Error>> {
+async fn with_redis(
+    port: u16,
+    secs: u64,
+    c: u64,
+    sha: &str,
+) -> Result<(), Box<dyn std::error::Error>> {
     let client = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))?;
     let config = redis::AsyncConnectionConfig::new().set_pipeline_buffer_size(1024);
-    let conn = client.get_multiplexed_async_connection_with_config(&config).await?;
+    let conn = client
+        .get_multiplexed_async_connection_with_config(&config)
+        .await?;
     let stop = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let sha = Arc::new(sha.to_owned());
@@ -114,7 +126,11 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut conn = redis::Client::open(format!("redis://127.0.0.1:{port}/0"))?
         .get_multiplexed_async_connection()
         .await?;
-    let loaded: String = redis::cmd("SCRIPT").arg("LOAD").arg(SOURCE).query_async(&mut conn).await?;
+    let loaded: String = redis::cmd("SCRIPT")
+        .arg("LOAD")
+        .arg(SOURCE)
+        .query_async(&mut conn)
+        .await?;
     assert_eq!(loaded, sha);
     // Alternate the order so neither driver always runs on a warmer server.
     for round in 0..2 {
