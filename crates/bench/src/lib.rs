@@ -21,6 +21,11 @@
 //! Policies (one per algorithm, cost 1): limit/capacity/burst 1000 per second (sliding log:
 //! 100 per second, its state holds one entry per admitted request). A hot key is therefore
 //! mostly denied, a spread of many keys mostly allowed; both are decisions.
+//!
+//! The Redis provider runs with a 500 ms command timeout and an admission bound of
+//! `max(1024, concurrency)`, so neither caps the figure; any outcome that is not a decision
+//! (unavailable, indeterminate, incompatible, refused request) is counted in `errors`.
+//! `crates/bench/compare.sh` runs it side by side with `redis-benchmark` (docs/performance.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
