@@ -178,10 +178,7 @@ impl LocalProvider {
             // Every policy of the set got a slot at construction.
             return Err(RequestError::UnknownPolicy(request.policy_id.clone()));
         };
-        let key = Key {
-            slot,
-            subject: *request.subject.as_bytes(),
-        };
+        let key = Key::new(slot, request.subject.as_bytes());
         let cost = request.cost;
         let lifetime_ms = self.lifetimes_ms.get(slot as usize).copied().unwrap_or(0);
         // The store reads the clock under the key's lock, so the evaluations of one key see

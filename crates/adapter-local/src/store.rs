@@ -35,18 +35,23 @@ use shared_contract::Clock;
 use shared_contract::model::AlgorithmState;
 
 /// One stored key: the policy's slot in this provider (which fixes policy id and revision) and
-/// the subject digest.
+/// the subject digest, as four words so that comparing and hashing are a few register
+/// operations (no `memcmp` call per probe).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Key {
-    pub slot: u32,
-    pub subject: [u8; 32],
+    slot: u32,
+    words: [u64; 4],
 }
 
 impl Key {
-    fn word(&self, i: usize) -> u64 {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(&self.subject[i * 8..i * 8 + 8]);
-        u64::from_le_bytes(w)
+    pub fn new(slot: u32, subject: &[u8; 32]) -> Self {
+        let mut words = [0u64; 4];
+        for (w, chunk) in words.iter_mut().zip(subject.chunks_exact(8)) {
+            let mut b = [0u8; 8];
+            b.copy_from_slice(chunk);
+            *w = u64::from_le_bytes(b);
+        }
+        Self { slot, words }
     }
 }
 
@@ -54,8 +59,8 @@ impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
         // Two words of the digest are plenty of entropy for a map index; equality still
         // compares all 32 bytes.
-        state.write_u64(self.word(0) ^ u64::from(self.slot).rotate_left(32));
-        state.write_u64(self.word(1));
+        state.write_u64(self.words[0] ^ u64::from(self.slot).rotate_left(32));
+        state.write_u64(self.words[1]);
     }
 }
 
@@ -364,7 +369,7 @@ mod tests {
             *b = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> ((i % 8) * 8)) as u8 ^ (i as u8);
         }
         subject[16..24].copy_from_slice(&n.to_le_bytes());
-        Key { slot: 0, subject }
+        Key::new(0, &subject)
     }
 
     fn state(count: u64) -> AlgorithmState {
@@ -434,6 +439,20 @@ mod tests {
                 "{held} held of {max_keys}: shards badly unbalanced"
             );
         }
+    }
+
+    #[test]
+    fn digests_that_hash_alike_are_still_different_keys() {
+        let (store, clock) = (Store::new(10), ManualClock::new(0));
+        let (mut a, mut b) = ([7u8; 32], [7u8; 32]);
+        a[31] = 1;
+        b[31] = 2;
+        let (a, b) = (Key::new(0, &a), Key::new(0, &b));
+        write(&store, &clock, a, 1, 1_000);
+        write(&store, &clock, b, 2, 1_000);
+        assert_eq!(read(&store, &clock, a), Some(state(1)));
+        assert_eq!(read(&store, &clock, b), Some(state(2)));
+        assert_eq!(read(&store, &clock, Key::new(1, &[7u8; 32])), None);
     }
 
     #[test]
