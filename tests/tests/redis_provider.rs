@@ -167,6 +167,17 @@ async fn keys_contain_no_raw_subject_and_always_expire() {
             assert!(allowed(&provider, p, s).await, "{}", p.id());
         }
     }
+    // Each program stores the Redis type its manifest declares.
+    for p in &policies {
+        let key = provider.state_key(p.id(), &subject(3)).expect("a key");
+        let t: String = query(&server, redis::cmd("TYPE").arg(&key));
+        assert_eq!(
+            t,
+            programs::program(p.kind()).key_type.as_str(),
+            "{}",
+            p.id()
+        );
+    }
     let keys: Vec<Vec<u8>> = query(&server, redis::cmd("KEYS").arg("*"));
     assert_eq!(
         keys.len(),
