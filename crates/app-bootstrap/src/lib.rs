@@ -1,1 +1,39 @@
-//! Placeholder.
+//! Composition root of the rate-limiting toolkit: configuration -> validated settings -> the
+//! chosen provider, wrapped in its decorators, plus the edge's subject hasher.
+//!
+//! The key design decision: **disabled means nothing exists.** [`RateLimitSettings`] is an
+//! enum whose `Disabled` variant carries no settings, and [`compose::build`] returns `None`
+//! for it: no connection, no task, no port; not a dummy provider that happens to allow.
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`config`] | figment (TOML + `APP_` env) and the validation pass that reports every problem with its key path |
+//! | [`settings`] | the validated settings, and their redacted rendering for `--check` |
+//! | [`subject`] | the HMAC-SHA256 subject secret and hasher used at the edge |
+//! | [`breaker`] | the circuit breaker decorator around the redis provider |
+//! | [`fallback`] | the `fallback_local` decorator |
+//! | [`compose`] | settings -> [`RateLimitRuntime`] |
+//!
+//! This is the only crate that names the adapters (`adapter-local`, `adapter-redis`).
+//!
+//! ## Features
+//!
+//! | feature | default | what |
+//! | --- | --- | --- |
+//! | (none) | | this crate has no optional features |
+
+pub mod breaker;
+pub mod compose;
+pub mod config;
+pub mod fallback;
+pub mod settings;
+pub mod subject;
+
+pub use breaker::{BreakerState, CircuitBreaker};
+pub use compose::{BuildError, RateLimitRuntime, build};
+pub use config::{ConfigErrors, Problem, Sources, load};
+pub use settings::{
+    BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
+    RouteSettings, Settings, SubjectSource,
+};
+pub use subject::{SecretError, SubjectHasher, SubjectSecret};

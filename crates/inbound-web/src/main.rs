@@ -1,1 +1,135 @@
-fn main() {}
+//! `inbound-web [--config PATH] [--check]`: the reference app (see interface.md).
+//!
+//! Exit status: 0 when served and shut down cleanly (or, with `--check`, when the
+//! configuration is valid); 2 for an invalid configuration, one line per problem on stderr;
+//! 1 for any other start-up failure (the port cannot be bound, ...).
+
+use std::io::IsTerminal as _;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use inbound_web::api::ApiState;
+use inbound_web::limiter::{Limiter, names};
+use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
+
+/// The rate-limit reference app: the middleware in front of a demo upstream, and the
+/// `/v1/evaluate` sidecar API.
+#[derive(Debug, Parser)]
+#[command(name = "inbound-web", version)]
+struct Args {
+    /// TOML configuration file (default: built-in defaults plus `APP_*` environment).
+    #[arg(long, value_name = "PATH")]
+    config: Option<PathBuf>,
+    /// Validate the configuration, print the effective settings (secrets redacted), exit.
+    #[arg(long)]
+    check: bool,
+}
+
+fn main() -> ExitCode {
+    let args = Args::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+
+    let sources = app_bootstrap::Sources {
+        file: args.config.clone(),
+        env: None,
+    };
+    let settings = match app_bootstrap::load(&sources) {
+        Ok(s) => s,
+        Err(errors) => {
+            for p in &errors.0 {
+                eprintln!("{p}");
+            }
+            return ExitCode::from(2);
+        }
+    };
+    if args.check {
+        print!("{}", settings.render());
+        return ExitCode::SUCCESS;
+    }
+
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("cannot start the Tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    runtime.block_on(run(settings))
+}
+
+async fn run(settings: app_bootstrap::Settings) -> ExitCode {
+    let prometheus = PrometheusBuilder::new()
+        .set_buckets_for_metric(
+            Matcher::Full(names::LATENCY.to_owned()),
+            &[
+                0.000_05, 0.000_1, 0.000_25, 0.000_5, 0.001, 0.002, 0.005, 0.01, 0.025, 0.05, 0.1,
+                0.25, 1.0,
+            ],
+        )
+        .and_then(PrometheusBuilder::install_recorder);
+    let prometheus = match prometheus {
+        Ok(h) => {
+            let upkeep = h.clone();
+            tokio::spawn(async move {
+                let mut tick = tokio::time::interval(Duration::from_secs(5));
+                loop {
+                    tick.tick().await;
+                    upkeep.run_upkeep();
+                }
+            });
+            Some(h)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "metrics recorder not installed; /metrics will be empty");
+            None
+        }
+    };
+
+    let limiter = match app_bootstrap::build(&settings.rate_limit).await {
+        Ok(Some(runtime)) => Some(Arc::new(Limiter::new(runtime))),
+        Ok(None) => {
+            tracing::info!("rate limiting disabled: no provider, connection or task was created");
+            None
+        }
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    let state = Arc::new(ApiState::new(limiter, prometheus));
+    let router = inbound_web::app::router(state, &settings.routes);
+    let listener = match tokio::net::TcpListener::bind(settings.http.bind).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("http.bind: cannot listen on {}: {e}", settings.http.bind);
+            return ExitCode::FAILURE;
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| settings.http.bind.to_string(), |a| a.to_string());
+    tracing::info!("listening on http://{addr}");
+    match inbound_web::app::serve(listener, router).await {
+        Ok(()) => {
+            tracing::info!("drained; exiting");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("server error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}

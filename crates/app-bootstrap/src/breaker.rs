@@ -1,0 +1,256 @@
+//! A circuit breaker around a provider: after `failure_threshold` consecutive unavailable or
+//! indeterminate outcomes it stops sending for `cool_down`, answering
+//! `Unavailable(circuit_open)` at once (nothing is sent, so nothing is mutated: the honest
+//! category). Then one request is let through as a probe (half-open): an evaluated outcome
+//! closes the circuit, a failure opens it for another cool-down.
+//!
+//! Why: when Redis is gone, every request otherwise waits for a connection error or a
+//! command timeout; an open circuit answers in nanoseconds and takes load off a recovering
+//! server. The state is a few atomics, so the closed path (the normal one) costs two loads.
+//!
+//! Counted as failures: `Unavailable` of categories connect, server and clock, and
+//! `Indeterminate`. Not counted: `admission` and `deadline` (this process's own load and its
+//! callers' budgets say nothing about the server) and `Incompatible` (not transient; a breaker
+//! would only hide it).
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
+
+use shared_contract::{
+    EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, RequestError,
+    UnavailableCategory,
+};
+use tokio::time::Instant;
+
+use crate::settings::BreakerSettings;
+
+const CLOSED: u8 = 0;
+const OPEN: u8 = 1;
+const HALF_OPEN: u8 = 2;
+
+/// The breaker's state, as metrics and logs show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BreakerState {
+    Closed,
+    Open,
+    HalfOpen,
+}
+
+impl BreakerState {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BreakerState::Closed => "closed",
+            BreakerState::Open => "open",
+            BreakerState::HalfOpen => "half_open",
+        }
+    }
+
+    /// The value of the `rate_limit_circuit_breaker_state` gauge.
+    pub fn gauge(self) -> f64 {
+        match self {
+            BreakerState::Closed => 0.0,
+            BreakerState::Open => 1.0,
+            BreakerState::HalfOpen => 2.0,
+        }
+    }
+}
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct CircuitBreaker {
+    inner: Arc<dyn EdgeRateLimitPort>,
+    settings: BreakerSettings,
+    state: AtomicU8,
+    failures: AtomicU32,
+    /// When an open circuit may probe, in ms since `epoch`.
+    open_until_ms: AtomicU64,
+    epoch: Instant,
+}
+
+impl CircuitBreaker {
+    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, settings: BreakerSettings) -> Self {
+        let b = Self {
+            inner,
+            settings,
+            state: AtomicU8::new(CLOSED),
+            failures: AtomicU32::new(0),
+            open_until_ms: AtomicU64::new(0),
+            epoch: Instant::now(),
+        };
+        b.export(BreakerState::Closed);
+        b
+    }
+
+    pub fn state(&self) -> BreakerState {
+        match self.state.load(Ordering::Acquire) {
+            OPEN => BreakerState::Open,
+            HALF_OPEN => BreakerState::HalfOpen,
+            _ => BreakerState::Closed,
+        }
+    }
+
+    fn export(&self, state: BreakerState) {
+        metrics::gauge!("rate_limit_circuit_breaker_state").set(state.gauge());
+    }
+
+    fn transition(&self, to: BreakerState, why: &str) {
+        self.export(to);
+        metrics::counter!("rate_limit_circuit_breaker_transitions_total", "to" => to.as_str())
+            .increment(1);
+        match to {
+            BreakerState::Open => tracing::warn!(
+                state = to.as_str(),
+                cool_down_ms = self.settings.cool_down.as_millis() as u64,
+                "rate-limit circuit breaker opened: {why}"
+            ),
+            _ => tracing::info!(state = to.as_str(), "rate-limit circuit breaker: {why}"),
+        }
+    }
+
+    fn now_ms(&self) -> u64 {
+        Instant::now()
+            .saturating_duration_since(self.epoch)
+            .as_millis() as u64
+    }
+
+    fn open(&self, why: &str) {
+        let until = self.now_ms() + self.settings.cool_down.as_millis() as u64;
+        // The deadline is written before the state, so whoever sees OPEN sees its deadline.
+        self.open_until_ms.store(until, Ordering::Release);
+        self.state.store(OPEN, Ordering::Release);
+        self.transition(BreakerState::Open, why);
+    }
+
+    fn circuit_open(&self, request: &RateLimitRequest) -> RateLimitOutcome {
+        let left = self
+            .open_until_ms
+            .load(Ordering::Acquire)
+            .saturating_sub(self.now_ms());
+        RateLimitOutcome::Unavailable {
+            policy_id: request.policy_id.clone(),
+            // At least the rest of the cool-down; never 0, so clients back off.
+            retry_after_ms: left.max(1),
+            category: UnavailableCategory::CircuitOpen,
+        }
+    }
+
+    fn on_closed_outcome(&self, outcome: &RateLimitOutcome) {
+        match failure(outcome) {
+            Some(true) => {
+                let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
+                if n >= self.settings.failure_threshold
+                    && self
+                        .state
+                        .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
+                        .is_ok()
+                {
+                    self.failures.store(0, Ordering::Release);
+                    self.open(&format!(
+                        "{n} consecutive unavailable or indeterminate outcomes"
+                    ));
+                }
+            }
+            // Read first: the common case (no failures) then writes nothing shared.
+            Some(false) if self.failures.load(Ordering::Relaxed) != 0 => {
+                self.failures.store(0, Ordering::Release);
+            }
+            _ => {}
+        }
+    }
+}
+
+/// `Some(true)`: counts as a failure; `Some(false)`: a success; `None`: neither.
+fn failure(outcome: &RateLimitOutcome) -> Option<bool> {
+    match outcome {
+        RateLimitOutcome::Evaluated(_) => Some(false),
+        RateLimitOutcome::Indeterminate { .. } => Some(true),
+        RateLimitOutcome::Unavailable { category, .. } => match category {
+            UnavailableCategory::Admission
+            | UnavailableCategory::Deadline
+            | UnavailableCategory::CircuitOpen => None,
+            _ => Some(true),
+        },
+        RateLimitOutcome::Incompatible { .. } => None,
+    }
+}
+
+/// Puts a half-open breaker back to open (probe now allowed again) if the probe's future is
+/// dropped before it finished, so an abandoned probe cannot wedge the breaker half-open.
+struct ProbeGuard<'a> {
+    breaker: &'a CircuitBreaker,
+    done: bool,
+}
+
+impl Drop for ProbeGuard<'_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.breaker
+                .open_until_ms
+                .store(self.breaker.now_ms(), Ordering::Release);
+            self.breaker.state.store(OPEN, Ordering::Release);
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl EdgeRateLimitPort for CircuitBreaker {
+    async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+        match self.state.load(Ordering::Acquire) {
+            CLOSED => {
+                let outcome = self.inner.evaluate(request).await?;
+                self.on_closed_outcome(&outcome);
+                Ok(outcome)
+            }
+            OPEN if self.now_ms() >= self.open_until_ms.load(Ordering::Acquire)
+                && self
+                    .state
+                    .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
+                    .is_ok() =>
+            {
+                self.transition(BreakerState::HalfOpen, "cool-down over, probing");
+                let mut guard = ProbeGuard {
+                    breaker: self,
+                    done: false,
+                };
+                let result = self.inner.evaluate(request).await;
+                guard.done = true;
+                match &result {
+                    Ok(outcome) if failure(outcome) == Some(true) => {
+                        self.open("the probe failed");
+                    }
+                    _ => {
+                        self.failures.store(0, Ordering::Release);
+                        self.state.store(CLOSED, Ordering::Release);
+                        self.transition(BreakerState::Closed, "the probe succeeded, closed");
+                    }
+                }
+                result
+            }
+            _ => {
+                // Open, or half-open with the probe in flight: refuse without sending. The
+                // request is still checked, so a bad one is refused the same way as closed.
+                self.inner.policies().admit(&request)?;
+                Ok(self.circuit_open(&request))
+            }
+        }
+    }
+
+    fn policies(&self) -> &PolicySet {
+        self.inner.policies()
+    }
+
+    async fn readiness(&self) -> Readiness {
+        match self.state() {
+            BreakerState::Closed => self.inner.readiness().await,
+            s => match self.inner.readiness().await {
+                Readiness::Ready => Readiness::NotReady(format!(
+                    "circuit breaker {} (the provider answers again; closing on the next probe)",
+                    s.as_str()
+                )),
+                Readiness::NotReady(why) => {
+                    Readiness::NotReady(format!("circuit breaker {}: {why}", s.as_str()))
+                }
+            },
+        }
+    }
+}

@@ -1,0 +1,159 @@
+//! Composition: validated settings -> the provider, its decorators and the subject hasher.
+//!
+//! ```text
+//! local:  LocalProvider
+//! redis:  RedisProvider -> CircuitBreaker (unless disabled) -> LocalFallback (fallback_local)
+//! ```
+//!
+//! `fail_open` is not a decorator: the port's outcome stays what the provider said, and the
+//! edge lets the request through because the policy's `failure_policy()` says so (so the
+//! response can report the truth and the allow at once). `fail_closed` needs nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_local::LocalProvider;
+use adapter_redis::RedisProvider;
+use shared_contract::{EdgeRateLimitPort, FailurePolicy, SystemClock};
+
+use crate::breaker::CircuitBreaker;
+use crate::fallback::LocalFallback;
+use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
+use crate::subject::{SubjectHasher, SubjectSecret};
+
+/// Why the limiter could not be built from valid settings.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum BuildError {
+    /// The Redis provider refused its settings (the message names the key).
+    #[error(transparent)]
+    Redis(#[from] adapter_redis::Error),
+}
+
+/// An enabled limiter: the composed port and what the edge needs around it.
+#[derive(Debug, Clone)]
+pub struct RateLimitRuntime {
+    port: Arc<dyn EdgeRateLimitPort>,
+    hasher: SubjectHasher,
+    failure_policy: FailurePolicy,
+    budget: Duration,
+    breaker: Option<Arc<CircuitBreaker>>,
+    provider: &'static str,
+}
+
+impl RateLimitRuntime {
+    /// A runtime around any port (tests, or applications that compose their own).
+    pub fn from_port(
+        port: Arc<dyn EdgeRateLimitPort>,
+        hasher: SubjectHasher,
+        failure_policy: FailurePolicy,
+        budget: Duration,
+    ) -> Self {
+        Self {
+            port,
+            hasher,
+            failure_policy,
+            budget,
+            breaker: None,
+            provider: "custom",
+        }
+    }
+
+    /// The composed port (provider plus decorators).
+    pub fn port(&self) -> &Arc<dyn EdgeRateLimitPort> {
+        &self.port
+    }
+
+    pub fn hasher(&self) -> &SubjectHasher {
+        &self.hasher
+    }
+
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.failure_policy
+    }
+
+    /// The deadline budget to give each evaluation.
+    pub fn budget(&self) -> Duration {
+        self.budget
+    }
+
+    /// The circuit breaker, when there is one (redis provider).
+    pub fn breaker(&self) -> Option<&Arc<CircuitBreaker>> {
+        self.breaker.as_ref()
+    }
+
+    /// `"local"` or `"redis"`.
+    pub fn provider_name(&self) -> &'static str {
+        self.provider
+    }
+}
+
+/// Builds the limiter of `settings`: `None` when rate limiting is disabled, in which case
+/// nothing at all is created (no connection, no task, no port).
+///
+/// Must be called inside a Tokio runtime when the provider is redis.
+///
+/// # Errors
+/// [`BuildError`] when the provider refuses its settings.
+pub async fn build(settings: &RateLimitSettings) -> Result<Option<RateLimitRuntime>, BuildError> {
+    match settings {
+        RateLimitSettings::Disabled => Ok(None),
+        RateLimitSettings::Enabled(e) => build_enabled(e).await.map(Some),
+    }
+}
+
+async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildError> {
+    let secret = e
+        .subject_secret
+        .clone()
+        .unwrap_or_else(SubjectSecret::random);
+    let hasher = SubjectHasher::new(&secret);
+    let clock = Arc::new(SystemClock);
+    match &e.provider {
+        ProviderSettings::Local => {
+            let port = Arc::new(LocalProvider::new(e.policies.clone(), clock, e.local));
+            tracing::info!(
+                policies = e.policies.iter().count(),
+                "rate limiting enabled: local provider"
+            );
+            Ok(RateLimitRuntime {
+                port,
+                hasher,
+                failure_policy: e.failure_policy,
+                budget: Duration::from_secs(1),
+                breaker: None,
+                provider: "local",
+            })
+        }
+        ProviderSettings::Redis(r) => {
+            let redis = RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?;
+            let mut port: Arc<dyn EdgeRateLimitPort> = Arc::new(redis);
+            let mut breaker = None;
+            if e.breaker.enabled {
+                let b = Arc::new(CircuitBreaker::new(port, e.breaker));
+                breaker = Some(b.clone());
+                port = b;
+            }
+            if e.failure_policy == FailurePolicy::FallbackLocal {
+                let local = LocalProvider::fallback(e.policies.clone(), clock, e.local);
+                port = Arc::new(LocalFallback::new(port, local));
+            }
+            tracing::info!(
+                policies = e.policies.iter().count(),
+                failure_policy = e.failure_policy.as_str(),
+                breaker = e.breaker.enabled,
+                "rate limiting enabled: redis provider"
+            );
+            Ok(RateLimitRuntime {
+                port,
+                hasher,
+                failure_policy: e.failure_policy,
+                // The provider refuses a deadline shorter than its command timeout; the margin
+                // covers the time between taking the deadline and the provider's check.
+                budget: r.redis.command_timeout + Duration::from_millis(100),
+                breaker,
+                provider: "redis",
+            })
+        }
+    }
+}

@@ -1,0 +1,74 @@
+//! `fallback_local`: when the global provider cannot decide, a per-instance local limiter
+//! does, and says so (`source = local_fallback`, `certainty = approximate_fallback`: N
+//! instances may together admit up to N times the limit while the global provider is down).
+//!
+//! Applies to `Unavailable`, `Indeterminate` and `Incompatible` outcomes alike: each means
+//! "no global answer", and the fallback's answer never claims to be one. The provider's own
+//! outcome is counted (`rate_limit_fallback_total{reason}`) so operators see why.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_local::LocalProvider;
+use shared_contract::{
+    Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
+    RequestError,
+};
+
+/// See the module docs.
+#[derive(Debug)]
+pub struct LocalFallback {
+    inner: Arc<dyn EdgeRateLimitPort>,
+    fallback: LocalProvider,
+}
+
+impl LocalFallback {
+    /// `fallback` should be built with [`LocalProvider::fallback`], so its decisions report
+    /// `local_fallback`.
+    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, fallback: LocalProvider) -> Self {
+        Self { inner, fallback }
+    }
+}
+
+fn reason(outcome: &RateLimitOutcome) -> &'static str {
+    match outcome {
+        RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
+        RateLimitOutcome::Indeterminate { .. } => "indeterminate",
+        RateLimitOutcome::Incompatible { .. } => "incompatible",
+        RateLimitOutcome::Evaluated(_) => "evaluated",
+    }
+}
+
+#[async_trait::async_trait]
+impl EdgeRateLimitPort for LocalFallback {
+    async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+        // The request is kept for the fallback; cloning it is a few words plus the policy id.
+        let outcome = self.inner.evaluate(request.clone()).await?;
+        if matches!(outcome, RateLimitOutcome::Evaluated(_)) {
+            return Ok(outcome);
+        }
+        metrics::counter!("rate_limit_fallback_total", "reason" => reason(&outcome)).increment(1);
+        tracing::debug!(
+            policy = %request.policy_id,
+            provider_outcome = reason(&outcome),
+            "global provider gave no answer; deciding locally (local_fallback)"
+        );
+        // The global attempt may have used the caller's whole budget (a command timeout); the
+        // local decision takes microseconds, so it gets a fresh one.
+        let deadline = Deadline::within(Duration::from_secs(1)).unwrap_or(request.deadline);
+        self.fallback.evaluate_now(&RateLimitRequest {
+            deadline,
+            ..request
+        })
+    }
+
+    fn policies(&self) -> &PolicySet {
+        self.inner.policies()
+    }
+
+    /// The global provider's readiness: the fallback keeps answering, but an operator must
+    /// see that the global one does not.
+    async fn readiness(&self) -> Readiness {
+        self.inner.readiness().await
+    }
+}

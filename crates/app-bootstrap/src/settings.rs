@@ -1,0 +1,331 @@
+//! The validated settings: what [`crate::config::load`] produces and [`crate::compose`]
+//! builds from. Values here are checked; holding one means it is usable.
+//!
+//! Rate limiting is an enum, not a flag: [`RateLimitSettings::Disabled`] carries nothing, so
+//! disabled mode cannot accidentally build a connection, a task or a port.
+
+use std::fmt::Write as _;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use adapter_local::LocalSettings;
+use adapter_redis::RedisSettings;
+use figment::value::{Dict, Value};
+use shared_contract::{Algorithm, FailurePolicy, PolicyId, PolicySet};
+
+use crate::subject::SubjectSecret;
+
+/// Everything the reference app is configured with.
+#[derive(Debug, Clone)]
+pub struct Settings {
+    pub http: HttpSettings,
+    pub rate_limit: RateLimitSettings,
+    /// The demo upstream's limited routes, in file order.
+    pub routes: Vec<RouteSettings>,
+    /// `[event_gates.*]`, not interpreted by this crate yet (kept for the gate runtime).
+    pub event_gates: Dict,
+}
+
+/// `[http]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HttpSettings {
+    pub bind: SocketAddr,
+}
+
+impl Default for HttpSettings {
+    fn default() -> Self {
+        Self {
+            bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+        }
+    }
+}
+
+/// `[rate_limit]`: off (the default), or everything an enabled limiter needs.
+#[derive(Debug, Clone)]
+pub enum RateLimitSettings {
+    Disabled,
+    Enabled(Box<EnabledSettings>),
+}
+
+/// An enabled limiter's settings.
+#[derive(Debug, Clone)]
+pub struct EnabledSettings {
+    pub provider: ProviderSettings,
+    pub policies: PolicySet,
+    pub failure_policy: FailurePolicy,
+    /// `None`: no secret configured (allowed only for the local provider, which then uses a
+    /// random per-process key).
+    pub subject_secret: Option<SubjectSecret>,
+    /// `[rate_limit.local]`: the local provider's, and the local fallback's, bounds.
+    pub local: LocalSettings,
+    /// `[rate_limit.circuit_breaker]`, applied around the redis provider.
+    pub breaker: BreakerSettings,
+}
+
+/// Which provider answers.
+#[derive(Debug, Clone)]
+pub enum ProviderSettings {
+    Local,
+    Redis(RedisProviderSettings),
+}
+
+impl ProviderSettings {
+    pub fn name(&self) -> &'static str {
+        match self {
+            ProviderSettings::Local => "local",
+            ProviderSettings::Redis(_) => "redis",
+        }
+    }
+}
+
+/// `[rate_limit.redis]` (role checked: coordination).
+#[derive(Debug, Clone)]
+pub struct RedisProviderSettings {
+    pub redis: RedisSettings,
+}
+
+/// `[rate_limit.circuit_breaker]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BreakerSettings {
+    pub enabled: bool,
+    /// Consecutive unavailable or indeterminate outcomes that open the circuit.
+    pub failure_threshold: u32,
+    /// How long an open circuit answers `Unavailable(circuit_open)` before a probe.
+    pub cool_down: Duration,
+}
+
+impl Default for BreakerSettings {
+    fn default() -> Self {
+        Self {
+            enabled: true,
+            failure_threshold: 5,
+            cool_down: Duration::from_millis(500),
+        }
+    }
+}
+
+/// One `[[routes]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RouteSettings {
+    pub path_prefix: String,
+    /// `None`: the default policy.
+    pub policy: Option<PolicyId>,
+    pub subject: SubjectSource,
+}
+
+/// Where the middleware reads a request's subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectSource {
+    /// A request header, by lower-case name.
+    Header(String),
+    /// The peer's IP address.
+    Ip,
+}
+
+impl SubjectSource {
+    /// Parses `"header:NAME"` or `"ip"`.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with `s`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "ip" {
+            return Ok(Self::Ip);
+        }
+        match s.strip_prefix("header:") {
+            Some(name)
+                if !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) =>
+            {
+                Ok(Self::Header(name.to_ascii_lowercase()))
+            }
+            Some(name) => Err(format!("{name:?} is not a valid header name")),
+            None => Err(format!(
+                "{s:?} is not a subject source; use \"header:NAME\" or \"ip\""
+            )),
+        }
+    }
+}
+
+impl std::fmt::Display for SubjectSource {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SubjectSource::Header(h) => write!(f, "header:{h}"),
+            SubjectSource::Ip => f.write_str("ip"),
+        }
+    }
+}
+
+/// Shows a Redis URL with its password replaced.
+pub fn redact_url(url: &str) -> String {
+    match url.split_once("://") {
+        Some((scheme, rest)) => match rest.rsplit_once('@') {
+            Some((userinfo, host)) => {
+                let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
+                if userinfo.contains(':') {
+                    format!("{scheme}://{user}:<redacted>@{host}")
+                } else {
+                    format!("{scheme}://{user}@{host}")
+                }
+            }
+            None => url.to_owned(),
+        },
+        None => "<redacted>".to_owned(),
+    }
+}
+
+fn toml_str(s: &str) -> String {
+    toml::Value::String(s.to_owned()).to_string()
+}
+
+fn dur(d: Duration) -> String {
+    toml_str(&humantime::format_duration(d).to_string())
+}
+
+impl Settings {
+    /// The effective settings as TOML, defaults filled in and secrets redacted (`--check`).
+    pub fn render(&self) -> String {
+        let mut o = String::new();
+        let _ = writeln!(
+            o,
+            "[http]\nbind = {}\n",
+            toml_str(&self.http.bind.to_string())
+        );
+        match &self.rate_limit {
+            RateLimitSettings::Disabled => {
+                let _ = writeln!(
+                    o,
+                    "[rate_limit]\nenabled = false  # no connection, task or port is created\n"
+                );
+            }
+            RateLimitSettings::Enabled(e) => render_enabled(&mut o, e),
+        }
+        for r in &self.routes {
+            let _ = writeln!(o, "[[routes]]");
+            let _ = writeln!(o, "path_prefix = {}", toml_str(&r.path_prefix));
+            match &r.policy {
+                Some(p) => {
+                    let _ = writeln!(o, "policy = {}", toml_str(p.as_str()));
+                }
+                None => {
+                    let _ = writeln!(o, "# policy: the default policy");
+                }
+            }
+            let _ = writeln!(o, "subject = {}\n", toml_str(&r.subject.to_string()));
+        }
+        if !self.event_gates.is_empty() {
+            let _ = writeln!(
+                o,
+                "# event_gates: {} gate(s), not validated by this build",
+                self.event_gates.len()
+            );
+            for name in self.event_gates.keys() {
+                let _ = writeln!(o, "#   {name}");
+            }
+        }
+        o
+    }
+}
+
+fn render_enabled(o: &mut String, e: &EnabledSettings) {
+    let _ = writeln!(o, "[rate_limit]\nenabled = true");
+    let _ = writeln!(o, "provider = {}", toml_str(e.provider.name()));
+    let _ = writeln!(
+        o,
+        "default_policy = {}",
+        toml_str(e.policies.default_id().as_str())
+    );
+    let _ = writeln!(
+        o,
+        "failure_policy = {}",
+        toml_str(e.failure_policy.as_str())
+    );
+    match &e.subject_secret {
+        Some(s) => {
+            let _ = writeln!(
+                o,
+                "subject_secret = \"<redacted>\"  # {} bytes, from {}",
+                s.len(),
+                s.source()
+            );
+        }
+        None => {
+            let _ = writeln!(
+                o,
+                "# subject_secret: none, a random per-process key is used (local provider only)"
+            );
+        }
+    }
+    let _ = writeln!(o);
+    if let ProviderSettings::Redis(r) = &e.provider {
+        let s = &r.redis;
+        let _ = writeln!(
+            o,
+            "[rate_limit.redis]\nrole = \"coordination\"\ntopology = \"standalone\""
+        );
+        let _ = writeln!(o, "url = {}", toml_str(&redact_url(&s.url)));
+        let _ = writeln!(o, "command_timeout = {}", dur(s.command_timeout));
+        let _ = writeln!(o, "max_in_flight = {}", s.max_in_flight);
+        let _ = writeln!(o, "key_prefix = {}", toml_str(&s.key_prefix));
+        let _ = writeln!(o, "connect_timeout = {}", dur(s.connect_timeout));
+        let _ = writeln!(o, "connections = {}", s.connections);
+        let _ = writeln!(o, "retry_after = {}\n", dur(s.retry_after));
+        let b = &e.breaker;
+        let _ = writeln!(
+            o,
+            "[rate_limit.circuit_breaker]\nenabled = {}\nfailure_threshold = {}\ncool_down = {}\n",
+            b.enabled,
+            b.failure_threshold,
+            dur(b.cool_down)
+        );
+    }
+    let _ = writeln!(o, "[rate_limit.local]\nmax_keys = {}\n", e.local.max_keys);
+    for p in e.policies.iter() {
+        let _ = writeln!(o, "[rate_limit.policies.{}]", p.id());
+        let _ = writeln!(o, "revision = {}", p.revision());
+        let _ = writeln!(o, "algorithm = {}", toml_str(p.kind().as_str()));
+        let ms = |v: u64| dur(Duration::from_millis(v));
+        match p.algorithm() {
+            Algorithm::TokenBucket(t) => {
+                let _ = writeln!(
+                    o,
+                    "capacity = {}\nrefill_amount = {}\nrefill_interval = {}",
+                    t.capacity(),
+                    t.refill_amount(),
+                    ms(t.refill_interval_ms())
+                );
+            }
+            Algorithm::Gcra(g) => {
+                let _ = writeln!(
+                    o,
+                    "limit = {}\nperiod = {}\nburst = {}",
+                    g.limit(),
+                    ms(g.period_ms()),
+                    g.burst()
+                );
+            }
+            Algorithm::FixedWindow(w) => {
+                let _ = writeln!(o, "limit = {}\nwindow = {}", w.limit(), ms(w.window_ms()));
+            }
+            Algorithm::SlidingWindow(w) => {
+                let _ = writeln!(o, "limit = {}\nwindow = {}", w.limit(), ms(w.window_ms()));
+            }
+            Algorithm::SlidingLog(w) => {
+                let _ = writeln!(o, "limit = {}\nwindow = {}", w.limit(), ms(w.window_ms()));
+            }
+        }
+        let _ = writeln!(o, "max_cost = {}", p.max_cost().get());
+        let _ = writeln!(o, "cleanup_grace = {}", ms(p.cleanup_grace_ms()));
+        let _ = writeln!(
+            o,
+            "max_clock_regression = {}\n",
+            ms(p.max_clock_regression_ms())
+        );
+    }
+}
+
+/// A value as configuration shows it (for gate settings not interpreted here).
+pub fn show_value(v: &Value) -> String {
+    format!("{v:?}")
+}

@@ -1,0 +1,117 @@
+//! The reference app: the API routes, the demo upstream behind `[[routes]]`, and serving
+//! with graceful shutdown.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use app_bootstrap::RouteSettings;
+use axum::Router;
+use axum::body::Body;
+use axum::http::{HeaderValue, Request, header};
+use axum::response::Response;
+use axum::routing::{get, post};
+use tower::ServiceExt as _;
+
+use crate::api::{self, ApiState};
+use crate::layer::{RateLimitLayer, Rule};
+use crate::problem;
+
+/// The demo upstream: 200 `{"ok":true}` on every path below a configured prefix.
+fn upstream(
+    prefixes: Arc<Vec<String>>,
+) -> impl Fn(Request<Body>) -> std::future::Ready<Result<Response, std::convert::Infallible>> + Clone
+{
+    move |req: Request<Body>| {
+        let path = req.uri().path();
+        let served = prefixes.iter().any(|p| {
+            let p = p.trim_end_matches('/');
+            p.is_empty()
+                || path
+                    .strip_prefix(p)
+                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+        });
+        let r = if served {
+            let mut r = Response::new(Body::from(r#"{"ok":true}"#));
+            r.headers_mut().insert(
+                header::CONTENT_TYPE,
+                HeaderValue::from_static("application/json"),
+            );
+            r
+        } else {
+            problem::not_found()
+        };
+        std::future::ready(Ok(r))
+    }
+}
+
+/// The app's router. Rate limiting applies to the demo upstream's `routes` (when enabled);
+/// the API routes are never limited by the middleware.
+pub fn router(state: Arc<ApiState>, routes: &[RouteSettings]) -> Router {
+    let prefixes = Arc::new(
+        routes
+            .iter()
+            .map(|r| r.path_prefix.clone())
+            .collect::<Vec<_>>(),
+    );
+    let demo = tower::service_fn(upstream(prefixes));
+    let api = Router::new()
+        .route("/healthz", get(api::healthz))
+        .route("/readyz", get(api::readyz))
+        .route("/metrics", get(api::metrics))
+        .route("/v1/evaluate", post(api::evaluate));
+    let api = match state.limiter() {
+        Some(limiter) => {
+            let default = limiter.policies().default_id().clone();
+            let rules = routes
+                .iter()
+                .map(|r| {
+                    Rule::new(
+                        r.path_prefix.clone(),
+                        r.policy.clone().unwrap_or_else(|| default.clone()),
+                        r.subject.clone(),
+                    )
+                })
+                .collect();
+            let layer = RateLimitLayer::new(limiter.clone(), rules);
+            api.fallback_service(tower::ServiceBuilder::new().layer(layer).service(demo))
+        }
+        None => api.fallback_service(demo.map_err(|e: std::convert::Infallible| e)),
+    };
+    api.with_state(state)
+}
+
+/// Serves `router` on `listener` until SIGTERM or SIGINT, then drains in-flight requests.
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(shutdown_signal())
+    .await
+}
+
+/// Resolves on the first SIGTERM or SIGINT.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {},
+        () = term => {},
+    }
+    tracing::info!("shutdown signal received; draining in-flight requests");
+}

@@ -1,0 +1,249 @@
+//! `RateLimitLayer` wraps, `RateLimit<S>` works (tower's `limit::rate` shape).
+//!
+//! For each request the rules whose `path_prefix` matches are applied in order: the subject
+//! is read (`header:NAME` or the peer `ip`), digested, and evaluated with cost 1. Then:
+//!
+//! - every policy allowed: the inner service answers, and the response gets the draft-11
+//!   `RateLimit-Policy` / `RateLimit` headers (one member per policy that applied);
+//! - a policy denied: 429 problem+json (quota-exceeded, `violated-policies`), the headers, and
+//!   `Retry-After` in whole seconds rounded up; later rules are not evaluated, so they consume
+//!   nothing (rules already evaluated did consume: there is no all-or-nothing across policies);
+//! - no decision (unavailable, indeterminate, incompatible): under `fail_open` the request
+//!   goes through; otherwise 503 problem+json, with `Retry-After` when the provider gave a
+//!   retry hint.
+//!
+//! A request without the subject header is limited under the empty subject: all such
+//! requests share one quota, so leaving the header out is never a way around the limit.
+//!
+//! The service never fails: its error type is `Infallible`, like the inner service's.
+
+use std::convert::Infallible;
+use std::future::Future;
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use app_bootstrap::SubjectSource;
+use axum::body::Body;
+use axum::extract::ConnectInfo;
+use axum::http::{HeaderName, HeaderValue, Request, header};
+use axum::response::Response;
+use shared_contract::{Cost, PolicyId, RateLimitOutcome};
+use tower::{Layer, Service};
+
+use crate::headers;
+use crate::limiter::Limiter;
+use crate::problem;
+
+/// Which requests a policy limits, and by which subject.
+#[derive(Debug, Clone)]
+pub struct Rule {
+    path_prefix: String,
+    policy: PolicyId,
+    subject: Subject,
+}
+
+#[derive(Debug, Clone)]
+enum Subject {
+    Header(HeaderName),
+    Ip,
+}
+
+impl Rule {
+    /// A rule for paths equal to `path_prefix` or below it (`/api` matches `/api` and
+    /// `/api/x`, not `/apix`).
+    pub fn new(path_prefix: impl Into<String>, policy: PolicyId, subject: SubjectSource) -> Self {
+        let subject = match subject {
+            SubjectSource::Header(name) => match HeaderName::try_from(name) {
+                Ok(h) => Subject::Header(h),
+                // Validated by app-bootstrap; an unusable name can only match nothing.
+                Err(_) => Subject::Header(HeaderName::from_static("x-invalid-subject-header")),
+            },
+            SubjectSource::Ip => Subject::Ip,
+        };
+        let mut path_prefix = path_prefix.into();
+        while path_prefix.len() > 1 && path_prefix.ends_with('/') {
+            path_prefix.pop();
+        }
+        Self {
+            path_prefix,
+            policy,
+            subject,
+        }
+    }
+
+    pub fn policy(&self) -> &PolicyId {
+        &self.policy
+    }
+
+    fn matches(&self, path: &str) -> bool {
+        let p = self.path_prefix.as_str();
+        p == "/"
+            || path
+                .strip_prefix(p)
+                .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
+    }
+}
+
+#[derive(Debug)]
+struct Shared {
+    limiter: Arc<Limiter>,
+    rules: Vec<Rule>,
+}
+
+/// The middleware's layer. See the module docs.
+#[derive(Debug, Clone)]
+pub struct RateLimitLayer {
+    shared: Arc<Shared>,
+}
+
+impl RateLimitLayer {
+    pub fn new(limiter: Arc<Limiter>, rules: Vec<Rule>) -> Self {
+        Self {
+            shared: Arc::new(Shared { limiter, rules }),
+        }
+    }
+}
+
+impl<S> Layer<S> for RateLimitLayer {
+    type Service = RateLimit<S>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        RateLimit {
+            inner,
+            shared: self.shared.clone(),
+        }
+    }
+}
+
+/// The middleware's service. See the module docs.
+#[derive(Debug, Clone)]
+pub struct RateLimit<S> {
+    inner: S,
+    shared: Arc<Shared>,
+}
+
+/// The future of [`RateLimit`]: boxed, because it awaits the port (an `async_trait` future,
+/// boxed already) and then the inner service.
+pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+
+impl<S> Service<Request<Body>> for RateLimit<S>
+where
+    S: Service<Request<Body>, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+{
+    type Response = Response;
+    type Error = Infallible;
+    type Future = ResponseFuture;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        self.inner.poll_ready(cx)
+    }
+
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
+        let path = req.uri().path();
+        if !self.shared.rules.iter().any(|r| r.matches(path)) {
+            return Box::pin(self.inner.call(req));
+        }
+        // The clone is the one that was not made ready; keep the ready one for this call.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        let shared = self.shared.clone();
+        Box::pin(limit(shared, inner, req))
+    }
+}
+
+async fn limit<S>(
+    shared: Arc<Shared>,
+    mut inner: S,
+    req: Request<Body>,
+) -> Result<Response, Infallible>
+where
+    S: Service<Request<Body>, Response = Response, Error = Infallible>,
+{
+    let limiter = &shared.limiter;
+    // Only the parts are borrowed across the evaluations: the body is `Send` but not `Sync`.
+    let (parts, body) = req.into_parts();
+    let mut policy_field = String::new();
+    let mut limit_field = String::new();
+    let mut violated: Vec<&str> = Vec::new();
+    let mut retry_after_ms = 0u64;
+    for rule in shared.rules.iter().filter(|r| r.matches(parts.uri.path())) {
+        let Some(policy) = limiter.policies().get(&rule.policy) else {
+            return Ok(problem::internal(
+                "a route names a policy the provider does not have",
+            ));
+        };
+        let ip;
+        let subject: &[u8] = match &rule.subject {
+            Subject::Header(name) => parts
+                .headers
+                .get(name)
+                .map_or(&[][..], HeaderValue::as_bytes),
+            Subject::Ip => match parts.extensions.get::<ConnectInfo<SocketAddr>>() {
+                Some(ConnectInfo(addr)) => {
+                    ip = addr.ip().to_string();
+                    ip.as_bytes()
+                }
+                None => &[][..],
+            },
+        };
+        let outcome = match limiter.evaluate(&rule.policy, subject, Cost::ONE).await {
+            Ok(o) => o,
+            Err(e) => return Ok(problem::internal(&e.to_string())),
+        };
+        match &outcome {
+            RateLimitOutcome::Evaluated(d) => {
+                headers::push_policy(&mut policy_field, policy);
+                headers::push_limit(&mut limit_field, policy, d);
+                if !d.allowed {
+                    violated.push(policy.id().as_str());
+                    retry_after_ms = retry_after_ms.max(d.retry_after_ms);
+                    break;
+                }
+            }
+            _ if limiter.allows(&outcome) => {}
+            _ => {
+                let mut response = problem::unavailable(&outcome);
+                let hint = match outcome {
+                    RateLimitOutcome::Unavailable { retry_after_ms, .. }
+                    | RateLimitOutcome::Indeterminate { retry_after_ms, .. } => retry_after_ms,
+                    _ => 0,
+                };
+                if hint > 0 {
+                    response.headers_mut().insert(
+                        header::RETRY_AFTER,
+                        HeaderValue::from(headers::ceil_secs(hint)),
+                    );
+                }
+                return Ok(response);
+            }
+        }
+    }
+    let mut response = if violated.is_empty() {
+        match inner.call(Request::from_parts(parts, body)).await {
+            Ok(r) => r,
+            Err(never) => match never {},
+        }
+    } else {
+        let mut r = problem::quota_exceeded(&violated);
+        r.headers_mut().insert(
+            header::RETRY_AFTER,
+            HeaderValue::from(headers::ceil_secs(retry_after_ms).max(1)),
+        );
+        r
+    };
+    if !policy_field.is_empty() {
+        let h = response.headers_mut();
+        h.insert(
+            HeaderName::from_static(headers::RATELIMIT_POLICY),
+            headers::value(policy_field),
+        );
+        h.insert(
+            HeaderName::from_static(headers::RATELIMIT),
+            headers::value(limit_field),
+        );
+    }
+    Ok(response)
+}

@@ -1,0 +1,190 @@
+//! One evaluation at the edge: digest the raw subject, give it a deadline, ask the port,
+//! record metrics, inside a tracing span that names the policy but never the subject.
+//!
+//! Metric handles are registered once per policy when the [`Limiter`] is built, so an
+//! evaluation records with atomic increments and allocates no label strings.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+
+use app_bootstrap::{BreakerState, RateLimitRuntime};
+use metrics::{Counter, Histogram};
+use shared_contract::{
+    Cost, Deadline, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest,
+    RequestError,
+};
+use tracing::Instrument as _;
+
+/// Metric names, as `/metrics` shows them.
+pub mod names {
+    pub const DECISIONS: &str = "rate_limit_decisions_total";
+    pub const LATENCY: &str = "rate_limit_evaluation_duration_seconds";
+    pub const PROVIDER_ERRORS: &str = "rate_limit_provider_errors_total";
+    pub const BREAKER_STATE: &str = "rate_limit_circuit_breaker_state";
+}
+
+const ERROR_CATEGORIES: [&str; 10] = [
+    "connect",
+    "admission",
+    "deadline",
+    "clock",
+    "circuit_open",
+    "server",
+    "indeterminate",
+    "state",
+    "program",
+    "reply",
+];
+
+#[derive(Debug)]
+struct PolicyMetrics {
+    allowed: Counter,
+    denied: Counter,
+    unavailable: Counter,
+    indeterminate: Counter,
+    incompatible: Counter,
+    latency: Histogram,
+}
+
+impl PolicyMetrics {
+    fn new(policy: &PolicyId) -> Self {
+        let c = |outcome: &'static str| metrics::counter!(names::DECISIONS, "policy" => policy.as_str().to_owned(), "outcome" => outcome);
+        Self {
+            allowed: c("allowed"),
+            denied: c("denied"),
+            unavailable: c("unavailable"),
+            indeterminate: c("indeterminate"),
+            incompatible: c("incompatible"),
+            latency: metrics::histogram!(names::LATENCY, "policy" => policy.as_str().to_owned()),
+        }
+    }
+}
+
+/// The edge's view of an enabled limiter. Cheap to share (`Arc<Limiter>`).
+#[derive(Debug)]
+pub struct Limiter {
+    runtime: RateLimitRuntime,
+    policies: HashMap<PolicyId, PolicyMetrics>,
+    errors: [Counter; ERROR_CATEGORIES.len()],
+}
+
+impl Limiter {
+    /// Registers the metrics of every policy of `runtime` (install the metrics recorder
+    /// first; without one, recording is a no-op).
+    pub fn new(runtime: RateLimitRuntime) -> Self {
+        let policies = runtime
+            .port()
+            .policies()
+            .iter()
+            .map(|p| (p.id().clone(), PolicyMetrics::new(p.id())))
+            .collect();
+        let errors = ERROR_CATEGORIES
+            .map(|category| metrics::counter!(names::PROVIDER_ERRORS, "category" => category));
+        Self {
+            runtime,
+            policies,
+            errors,
+        }
+    }
+
+    pub fn runtime(&self) -> &RateLimitRuntime {
+        &self.runtime
+    }
+
+    pub fn policies(&self) -> &PolicySet {
+        self.runtime.port().policies()
+    }
+
+    pub fn failure_policy(&self) -> FailurePolicy {
+        self.runtime.failure_policy()
+    }
+
+    /// Whether the request goes through: an evaluated allow, or any non-evaluated outcome
+    /// under `fail_open`. (`fallback_local` answers are evaluated already.)
+    pub fn allows(&self, outcome: &RateLimitOutcome) -> bool {
+        match outcome {
+            RateLimitOutcome::Evaluated(d) => d.allowed,
+            _ => self.failure_policy() == FailurePolicy::FailOpen,
+        }
+    }
+
+    /// The breaker's state, when there is a breaker.
+    pub fn breaker_state(&self) -> Option<BreakerState> {
+        self.runtime.breaker().map(|b| b.state())
+    }
+
+    /// Evaluates `cost` for the raw subject `raw_subject` under `policy`.
+    ///
+    /// # Errors
+    /// [`RequestError`] when the port refuses the request (unknown policy, cost above
+    /// `max_cost`); nothing was consumed.
+    pub async fn evaluate(
+        &self,
+        policy: &PolicyId,
+        raw_subject: &[u8],
+        cost: Cost,
+    ) -> Result<RateLimitOutcome, RequestError> {
+        let span = tracing::debug_span!(
+            "rate_limit.evaluate",
+            policy = %policy,
+            cost = cost.get(),
+            outcome = tracing::field::Empty,
+            allowed = tracing::field::Empty,
+        );
+        let subject = self.runtime.hasher().digest(raw_subject);
+        // The budget is at most Deadline::MAX_BUDGET by construction of the runtime; if it
+        // ever is not, the longest allowed budget is the honest fallback.
+        let deadline = Deadline::within(self.runtime.budget())
+            .or_else(|_| Deadline::within(Deadline::MAX_BUDGET))
+            .map_err(|_| RequestError::UnknownPolicy(policy.clone()))?;
+        let request = RateLimitRequest {
+            policy_id: policy.clone(),
+            subject,
+            cost,
+            evaluation_id: None,
+            deadline,
+        };
+        let start = Instant::now();
+        let result = self
+            .runtime
+            .port()
+            .evaluate(request)
+            .instrument(span.clone())
+            .await;
+        let elapsed = start.elapsed();
+        if let Ok(outcome) = &result {
+            self.record(policy, outcome, elapsed.as_secs_f64());
+            if !span.is_disabled() {
+                span.record("outcome", outcome.name());
+                span.record("allowed", self.allows(outcome));
+            }
+        }
+        result
+    }
+
+    fn record(&self, policy: &PolicyId, outcome: &RateLimitOutcome, seconds: f64) {
+        if let Some(m) = self.policies.get(policy) {
+            m.latency.record(seconds);
+            match outcome {
+                RateLimitOutcome::Evaluated(d) if d.allowed => m.allowed.increment(1),
+                RateLimitOutcome::Evaluated(_) => m.denied.increment(1),
+                RateLimitOutcome::Unavailable { .. } => m.unavailable.increment(1),
+                RateLimitOutcome::Indeterminate { .. } => m.indeterminate.increment(1),
+                RateLimitOutcome::Incompatible { .. } => m.incompatible.increment(1),
+            }
+        }
+        let category = match outcome {
+            RateLimitOutcome::Evaluated(_) => return,
+            RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
+            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
+            RateLimitOutcome::Incompatible { category, .. } => category.as_str(),
+        };
+        if let Some(i) = ERROR_CATEGORIES.iter().position(|c| *c == category) {
+            self.errors[i].increment(1);
+        }
+    }
+}
+
+/// A shared limiter.
+pub type SharedLimiter = Arc<Limiter>;

@@ -1,0 +1,99 @@
+//! RFC 9457 `application/problem+json` responses.
+//!
+//! 429 uses the quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11 with
+//! its `violated-policies` member; 503 and 400 use `about:blank` with the HTTP status title,
+//! plus a `detail` and machine-readable members (`outcome`, `category`, `error`).
+
+use axum::body::Body;
+use axum::http::{HeaderValue, StatusCode, header};
+use axum::response::Response;
+use serde_json::json;
+use shared_contract::RateLimitOutcome;
+
+pub const CONTENT_TYPE: &str = "application/problem+json";
+pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
+
+fn respond(status: StatusCode, body: serde_json::Value) -> Response {
+    let mut r = Response::new(Body::from(body.to_string()));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
+    r
+}
+
+/// 429 for a request that exceeded `violated` policies.
+pub fn quota_exceeded(violated: &[&str]) -> Response {
+    respond(
+        StatusCode::TOO_MANY_REQUESTS,
+        json!({
+            "type": QUOTA_EXCEEDED,
+            "title": "Request cannot be satisfied as assigned quota has been exceeded",
+            "status": 429,
+            "violated-policies": violated,
+        }),
+    )
+}
+
+/// 503 for an outcome that is not a decision, under `fail_closed`.
+pub fn unavailable(outcome: &RateLimitOutcome) -> Response {
+    let (category, retry) = match outcome {
+        RateLimitOutcome::Unavailable {
+            category,
+            retry_after_ms,
+            ..
+        } => (Some(category.as_str()), Some(*retry_after_ms)),
+        RateLimitOutcome::Indeterminate { retry_after_ms, .. } => (None, Some(*retry_after_ms)),
+        RateLimitOutcome::Incompatible { category, .. } => (Some(category.as_str()), None),
+        RateLimitOutcome::Evaluated(_) => (None, None),
+    };
+    let mut body = json!({
+        "type": "about:blank",
+        "title": "Service Unavailable",
+        "status": 503,
+        "detail": "the rate limiter could not decide this request; it fails closed",
+        "outcome": outcome.name(),
+        "policy": outcome.policy_id().as_str(),
+    });
+    if let Some(c) = category {
+        body["category"] = c.into();
+    }
+    if let Some(ms) = retry {
+        body["retry_after_ms"] = ms.into();
+    }
+    respond(StatusCode::SERVICE_UNAVAILABLE, body)
+}
+
+/// 400 for a request the limiter refuses to evaluate (`error` is a stable code).
+pub fn bad_request(error: &str, detail: &str) -> Response {
+    respond(
+        StatusCode::BAD_REQUEST,
+        json!({
+            "type": "about:blank",
+            "title": "Bad Request",
+            "status": 400,
+            "error": error,
+            "detail": detail,
+        }),
+    )
+}
+
+/// 500 for a configuration the port refused at run time (should not happen: validated).
+pub fn internal(detail: &str) -> Response {
+    respond(
+        StatusCode::INTERNAL_SERVER_ERROR,
+        json!({
+            "type": "about:blank",
+            "title": "Internal Server Error",
+            "status": 500,
+            "detail": detail,
+        }),
+    )
+}
+
+/// 404 for a path no route serves.
+pub fn not_found() -> Response {
+    respond(
+        StatusCode::NOT_FOUND,
+        json!({"type": "about:blank", "title": "Not Found", "status": 404}),
+    )
+}
