@@ -5,7 +5,7 @@
 -- docs/lua-programs.md.
 --
 -- KEYS[1]  the state key; no other key is touched.
--- ARGV     decimal integers:
+-- ARGV     decimal integers (digits only):
 --   [1] cost                     1..=limit
 --   [2] revision                 1..=2^32-1, recorded in state
 --   [3] max_clock_regression_ms  0..=2^40-1
@@ -26,115 +26,62 @@
 --                       a clock beyond 2^48-1 ms); nothing written
 --   For STATE_INCOMPATIBLE and INVALID every numeric field but server_now_ms is 0.
 --
--- State: one string, in this order:
---   byte 1     tag 0x11 (high nibble: schema version 1; low nibble: algorithm 1, fixed window)
---   bytes 2-7  last_ms, unsigned little-endian, 6 bytes (time of the last allow; the count
---              belongs to its window)
---   varint     policy revision
---   varint     count, the cost consumed in the window of last_ms (0..=limit)
---   and nothing after. A varint is unsigned LEB128 (7 bits per byte, low group first, high
---   bit set on every byte but the last), at most 8 bytes. A typical policy stores 9-11
---   bytes: the value then fits the smallest Redis string allocation.
+-- State: one string of unsigned little-endian integers (Redis's struct library), in one of
+-- two layouts; the writer picks the compact one whenever the values fit it:
+--   compact, 12 bytes: tag 0x91 (1), last_ms (6), revision (1, < 2^8),  count (4, < 2^32)
+--   wide,    18 bytes: tag 0x11 (1), last_ms (6), revision (4),         count (7)
+--   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
+--   algorithm (1, fixed window). last_ms is the time of the last allow; count is the cost
+--   consumed in the window of last_ms (0..=limit). 12 bytes is the largest value Redis
+--   keeps in its smallest string allocation.
 
 -- @time-source begin
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
-local MAX_SAFE = 9007199254740991 -- 2^53-1
-local MAX_TIME = 281474976710655 -- 2^48-1
-local MAX_DURATION = 1099511627775 -- 2^40-1
-local TAG = 0x11
-local floor, find, byte, char = math.floor, string.find, string.byte, string.char
-
-local function answer(status, eff, limit, remaining, retry, reset)
-  return { status, now, eff, limit, remaining, retry, reset }
+-- Everything is inline: the chunk runs once per call, so every helper function would be a
+-- new closure per call, and argument checks dominate the cost of a call.
+local floor = math.floor
+local argv = ARGV
+local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
+-- Digits only (no sign, space, point, exponent or hex); an empty argument has no digit.
+if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  or a6 == '' or string.find(table.concat(argv, '', 1, 6), '%D') then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
-
--- ARGV[i] as a number in lo..=hi, or nil when it is missing, not decimal or out of range.
-local function arg(i, lo, hi)
-  local s = ARGV[i]
-  if s == nil or #s > 16 or not find(s, '^%d+$') then
-    return nil
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    return nil
-  end
-  return n
-end
-
--- ceil(a / b) by quotient and remainder (never a + b - 1).
-local function div_ceil(a, b)
-  local q = floor(a / b)
-  if a - q * b == 0 then
-    return q
-  end
-  return q + 1
-end
-
--- The unsigned LEB128 varint at b[i]; returns value and next index, or nil past the end.
-local function varint(b, i, n)
-  local v, m = 0, 1
-  local last = i + 7
-  if last > n then
-    last = n
-  end
-  for j = i, last do
-    local x = b[j]
-    if x < 128 then
-      return v + x * m, j + 1
-    end
-    v = v + (x - 128) * m
-    m = m * 128
-  end
-  return nil
-end
-
-local function put_varint(out, x)
-  while x >= 128 do
-    local r = x % 128
-    out[#out + 1] = r + 128
-    x = (x - r) / 128
-  end
-  out[#out + 1] = x
-end
-
-local cost = arg(1, 1, MAX_SAFE)
-local revision = arg(2, 1, 4294967295)
-local max_regression = arg(3, 0, MAX_DURATION)
-local grace = arg(4, 0, MAX_DURATION)
-local limit = arg(5, 1, MAX_SAFE)
-local window = arg(6, 1, MAX_DURATION)
-if not (cost and revision and max_regression and grace and limit and window)
-  or #KEYS ~= 1 or now > MAX_TIME or cost > limit then
-  return answer('INVALID', 0, 0, 0, 0, 0)
+-- A decimal string beyond 2^53 converts inexactly but still above every bound.
+local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
+local limit, window = a5 + 0, a6 + 0
+if cost < 1 or cost > limit or revision < 1 or revision > 4294967295
+  or max_regression > 1099511627775 or grace > 1099511627775
+  or limit > 9007199254740991 or window < 1 or window > 1099511627775
+  or now > 281474976710655 then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 
 -- A wrong key type comes back as an error table, never raised.
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
 if raw then
-  if type(raw) ~= 'string' then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
+  local n = type(raw) == 'string' and #raw
+  local tag, rev
+  if n == 12 then
+    tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
+    if tag ~= 0x91 then
+      n = nil
+    end
+  elseif n == 18 then
+    tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
+    if tag ~= 0x11 then
+      n = nil
+    end
+  else
+    n = nil
   end
-  local n = #raw
-  if n < 9 then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  local b = { byte(raw, 1, n) }
-  if b[1] ~= TAG then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  last = b[2] + 256 * (b[3] + 256 * (b[4] + 256 * (b[5] + 256 * (b[6] + 256 * b[7]))))
-  local rev, i = varint(b, 8, n)
-  if rev ~= revision then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  stored, i = varint(b, i, n)
-  -- Six bytes cannot exceed MAX_TIME, so last_ms needs no range check.
-  if stored == nil or i ~= n + 1 or stored > limit then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
+  -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+  if not n or rev ~= revision or stored > limit then
+    return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
   end
 end
 
@@ -142,7 +89,7 @@ end
 local eff = now
 if last and now < last then
   if last - now > max_regression then
-    return answer('CLOCK_UNSAFE', last, limit, 0, last - now, last)
+    return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
   end
   eff = last
 end
@@ -155,18 +102,15 @@ if last and last >= window_start then
 end
 local available = limit - count
 if cost > available then
-  return answer('DENIED', eff, limit, available, reset_at - eff, reset_at)
+  return { 'DENIED', now, eff, limit, available, reset_at - eff, reset_at }
 end
 
 count = count + cost
-local out = { TAG }
-local x = eff
-for _ = 1, 6 do
-  local r = x % 256
-  out[#out + 1] = r
-  x = (x - r) / 256
+local value
+if revision < 256 and count < 4294967296 then
+  value = struct.pack('<BI6I1I4', 0x91, eff, revision, count)
+else
+  value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
 end
-put_varint(out, revision)
-put_varint(out, count)
-redis.call('SET', KEYS[1], char(unpack(out)), 'PX', reset_at - eff + grace)
-return answer('ALLOWED', eff, limit, limit - count, 0, reset_at)
+redis.call('SET', KEYS[1], value, 'PX', reset_at - eff + grace)
+return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }

@@ -4,7 +4,7 @@
 -- docs/lua-programs.md.
 --
 -- KEYS[1]  the state key; no other key is touched.
--- ARGV     decimal integers:
+-- ARGV     decimal integers (digits only):
 --   [1] cost                     1..=capacity
 --   [2] revision                 1..=2^32-1, recorded in state
 --   [3] max_clock_regression_ms  0..=2^40-1
@@ -27,120 +27,72 @@
 --                       a clock beyond 2^48-1 ms); nothing written
 --   For STATE_INCOMPATIBLE and INVALID every numeric field but server_now_ms is 0.
 --
--- State: one string, in this order:
---   byte 1     tag 0x13 (high nibble: schema version 1; low nibble: algorithm 3, token bucket)
---   bytes 2-7  last_ms, unsigned little-endian, 6 bytes (time of the last allow)
---   varint     policy revision
---   varint     tokens at last_ms, in units of 1/scale token (0..=capacity * scale)
---   and nothing after. A varint is unsigned LEB128 (7 bits per byte, low group first, high
---   bit set on every byte but the last), at most 8 bytes. A typical policy stores 10-12
---   bytes: the value then fits the smallest Redis string allocation.
+-- State: one string of unsigned little-endian integers (Redis's struct library), in one of
+-- two layouts; the writer picks the compact one whenever the values fit it:
+--   compact, 12 bytes: tag 0x93 (1), last_ms (6), revision (1, < 2^8),  tokens (4, < 2^32)
+--   wide,    18 bytes: tag 0x13 (1), last_ms (6), revision (4),         tokens (7)
+--   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
+--   algorithm (3, token bucket). last_ms is the time of the last allow; tokens are counted
+--   at last_ms in units of 1/scale token (0..=capacity * scale). 12 bytes is the largest
+--   value Redis keeps in its smallest string allocation.
 
 -- @time-source begin
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
-local MAX_SAFE = 9007199254740991 -- 2^53-1
-local MAX_TIME = 281474976710655 -- 2^48-1
-local MAX_DURATION = 1099511627775 -- 2^40-1
-local TAG = 0x13
-local floor, find, byte, char = math.floor, string.find, string.byte, string.char
-
-local function answer(status, eff, limit, remaining, retry, reset)
-  return { status, now, eff, limit, remaining, retry, reset }
+-- Everything is inline: the chunk runs once per call, so every helper function would be a
+-- new closure per call, and argument checks dominate the cost of a call.
+local floor = math.floor
+local argv = ARGV
+local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
+-- Digits only (no sign, space, point, exponent or hex); an empty argument has no digit.
+if not a7 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  or a6 == '' or a7 == '' or string.find(table.concat(argv, '', 1, 7), '%D') then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
-
--- ARGV[i] as a number in lo..=hi, or nil when it is missing, not decimal or out of range.
-local function arg(i, lo, hi)
-  local s = ARGV[i]
-  if s == nil or #s > 16 or not find(s, '^%d+$') then
-    return nil
-  end
-  local n = tonumber(s)
-  if n < lo or n > hi then
-    return nil
-  end
-  return n
+-- A decimal string beyond 2^53 converts inexactly but still above every bound.
+local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
+local capacity, scale, rate = a5 + 0, a6 + 0, a7 + 0
+if cost < 1 or cost > capacity or revision < 1 or revision > 4294967295
+  or max_regression > 1099511627775 or grace > 1099511627775
+  or capacity > 9007199254740991 or scale < 1 or scale > 1099511627775
+  or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
-
--- ceil(a / b) by quotient and remainder (never a + b - 1).
-local function div_ceil(a, b)
-  local q = floor(a / b)
-  if a - q * b == 0 then
-    return q
-  end
-  return q + 1
-end
-
--- The unsigned LEB128 varint at b[i]; returns value and next index, or nil past the end.
-local function varint(b, i, n)
-  local v, m = 0, 1
-  local last = i + 7
-  if last > n then
-    last = n
-  end
-  for j = i, last do
-    local x = b[j]
-    if x < 128 then
-      return v + x * m, j + 1
-    end
-    v = v + (x - 128) * m
-    m = m * 128
-  end
-  return nil
-end
-
-local function put_varint(out, x)
-  while x >= 128 do
-    local r = x % 128
-    out[#out + 1] = r + 128
-    x = (x - r) / 128
-  end
-  out[#out + 1] = x
-end
-
-local cost = arg(1, 1, MAX_SAFE)
-local revision = arg(2, 1, 4294967295)
-local max_regression = arg(3, 0, MAX_DURATION)
-local grace = arg(4, 0, MAX_DURATION)
-local capacity = arg(5, 1, MAX_SAFE)
-local scale = arg(6, 1, MAX_DURATION)
-local rate = arg(7, 1, MAX_SAFE)
-if not (cost and revision and max_regression and grace and capacity and scale and rate)
-  or #KEYS ~= 1 or now > MAX_TIME or cost > capacity then
-  return answer('INVALID', 0, 0, 0, 0, 0)
-end
--- A product beyond 2^53 is inexact but still above MAX_SAFE, so this check is exact.
+-- A product beyond 2^53 is inexact but still above 2^53-1, so this check is exact.
 local capacity_units = capacity * scale
-if capacity_units > MAX_SAFE or div_ceil(capacity_units, rate) > MAX_DURATION then
-  return answer('INVALID', 0, 0, 0, 0, 0)
+if capacity_units > 9007199254740991 then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
+end
+-- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
+local q = floor(capacity_units / rate)
+if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 
 -- A wrong key type comes back as an error table, never raised.
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
 if raw then
-  if type(raw) ~= 'string' then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
+  local n = type(raw) == 'string' and #raw
+  local tag, rev
+  if n == 12 then
+    tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
+    if tag ~= 0x93 then
+      n = nil
+    end
+  elseif n == 18 then
+    tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
+    if tag ~= 0x13 then
+      n = nil
+    end
+  else
+    n = nil
   end
-  local n = #raw
-  if n < 9 then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  local b = { byte(raw, 1, n) }
-  if b[1] ~= TAG then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  last = b[2] + 256 * (b[3] + 256 * (b[4] + 256 * (b[5] + 256 * (b[6] + 256 * b[7]))))
-  local rev, i = varint(b, 8, n)
-  if rev ~= revision then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
-  end
-  stored, i = varint(b, i, n)
-  -- Six bytes cannot exceed MAX_TIME, so last_ms needs no range check.
-  if stored == nil or i ~= n + 1 or stored > capacity_units then
-    return answer('STATE_INCOMPATIBLE', 0, 0, 0, 0, 0)
+  -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+  if not n or rev ~= revision or stored > capacity_units then
+    return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
   end
 end
 
@@ -148,7 +100,7 @@ end
 local eff = now
 if last and now < last then
   if last - now > max_regression then
-    return answer('CLOCK_UNSAFE', last, capacity, 0, last - now, last)
+    return { 'CLOCK_UNSAFE', now, last, capacity, 0, last - now, last }
   end
   eff = last
 end
@@ -158,29 +110,38 @@ if last then
   local missing = capacity_units - stored
   local elapsed = eff - last
   -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
-  local q = floor(missing / rate)
-  if not (elapsed > q or (elapsed == q and missing - q * rate == 0)) then
+  local m = floor(missing / rate)
+  if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
     tokens = stored + elapsed * rate
   end
 end
 
 local need = cost * scale
 if need > tokens then
-  local to_full = div_ceil(capacity_units - tokens, rate)
-  return answer('DENIED', eff, capacity, floor(tokens / scale), div_ceil(need - tokens, rate),
-    eff + to_full)
+  local short = need - tokens
+  local retry = floor(short / rate)
+  if short - retry * rate ~= 0 then
+    retry = retry + 1
+  end
+  local gap = capacity_units - tokens
+  local to_full = floor(gap / rate)
+  if gap - to_full * rate ~= 0 then
+    to_full = to_full + 1
+  end
+  return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }
 end
 
 local left = tokens - need
-local to_full = div_ceil(capacity_units - left, rate)
-local out = { TAG }
-local x = eff
-for _ = 1, 6 do
-  local r = x % 256
-  out[#out + 1] = r
-  x = (x - r) / 256
+local gap = capacity_units - left
+local to_full = floor(gap / rate)
+if gap - to_full * rate ~= 0 then
+  to_full = to_full + 1
 end
-put_varint(out, revision)
-put_varint(out, left)
-redis.call('SET', KEYS[1], char(unpack(out)), 'PX', to_full + grace)
-return answer('ALLOWED', eff, capacity, floor(left / scale), 0, eff + to_full)
+local value
+if revision < 256 and left < 4294967296 then
+  value = struct.pack('<BI6I1I4', 0x93, eff, revision, left)
+else
+  value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
+end
+redis.call('SET', KEYS[1], value, 'PX', to_full + grace)
+return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }

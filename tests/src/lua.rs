@@ -17,8 +17,19 @@ pub const TEST_TIME_SOURCE: &str = "local now = tonumber(ARGV[#ARGV])";
 const BEGIN: &str = "-- @time-source begin";
 const END: &str = "-- @time-source end";
 
-/// Schema version of every v1 program's state (high nibble of the tag byte).
+/// Schema version of every v1 program's state (bits 4-6 of the tag byte).
 pub const SCHEMA_VERSION: u8 = 1;
+/// Bit 7 of the tag byte: the compact layout.
+pub const COMPACT: u8 = 0x80;
+
+/// The two layouts of a state value (see the State section of each program's header).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Layout {
+    /// Narrow fields; the writer's choice whenever the values fit.
+    Compact,
+    /// Fields wide enough for every valid state.
+    Wide,
+}
 
 /// One program of `lua/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -86,9 +97,26 @@ impl Program {
         }
     }
 
-    /// The first byte of every state value this program writes.
-    pub fn tag(self) -> u8 {
-        (SCHEMA_VERSION << 4) | self.algorithm_code()
+    /// The first byte of a state value of this program in `layout`.
+    pub fn tag(self, layout: Layout) -> u8 {
+        let wide = (SCHEMA_VERSION << 4) | self.algorithm_code();
+        match layout {
+            Layout::Compact => COMPACT | wide,
+            Layout::Wide => wide,
+        }
+    }
+
+    /// Byte widths of (revision, each field) in `layout`; a sliding log's fields are one
+    /// entry's (age, cost), repeated.
+    pub fn widths(self, layout: Layout) -> (usize, &'static [usize]) {
+        match (self, layout) {
+            (Program::SlidingCounter, Layout::Compact) => (1, &[2, 2]),
+            (Program::SlidingCounter, Layout::Wide) => (4, &[5, 5]),
+            (Program::SlidingLog, Layout::Compact) => (1, &[3, 1]),
+            (Program::SlidingLog, Layout::Wide) => (4, &[5, 2]),
+            (_, Layout::Compact) => (1, &[4]),
+            (_, Layout::Wide) => (4, &[7]),
+        }
     }
 
     /// The differential-test build: the marked `TIME` block replaced by
@@ -226,25 +254,21 @@ impl Reply {
     }
 }
 
-/// Why bytes are not a state value of the v1 programs.
+/// Why bytes are not a state value of the v1 programs, or a state does not fit a layout.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum StateError {
-    TooShort(usize),
     Tag(u8),
-    Varint(usize),
-    Trailing(usize),
+    Length(usize),
+    DoesNotFit(Layout),
     EntryAfterLast { time: u64, last_ms: u64 },
 }
 
 impl std::fmt::Display for StateError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            StateError::TooShort(n) => write!(f, "state value is {n} bytes, too short"),
             StateError::Tag(t) => write!(f, "state tag byte {t:#04x} is no v1 program's"),
-            StateError::Varint(i) => {
-                write!(f, "varint at byte {i} runs past the end or past 8 bytes")
-            }
-            StateError::Trailing(n) => write!(f, "{n} trailing bytes after the state"),
+            StateError::Length(n) => write!(f, "state value of {n} bytes fits no layout"),
+            StateError::DoesNotFit(l) => write!(f, "state values do not fit the {l:?} layout"),
             StateError::EntryAfterLast { time, last_ms } => write!(
                 f,
                 "sliding-log entry time {time} is after last_ms {last_ms}: not representable"
@@ -254,28 +278,6 @@ impl std::fmt::Display for StateError {
 }
 
 impl std::error::Error for StateError {}
-
-fn put_varint(out: &mut Vec<u8>, mut x: u64) {
-    while x >= 128 {
-        out.push((x % 128) as u8 | 0x80);
-        x /= 128;
-    }
-    out.push(x as u8);
-}
-
-fn get_varint(b: &[u8], i: &mut usize) -> Result<u64, StateError> {
-    let start = *i;
-    let mut v: u64 = 0;
-    for k in 0..8 {
-        let Some(&x) = b.get(start + k) else { break };
-        v |= u64::from(x & 0x7f) << (7 * k);
-        if x < 0x80 {
-            *i = start + k + 1;
-            return Ok(v);
-        }
-    }
-    Err(StateError::Varint(start))
-}
 
 /// The program that writes `state`.
 pub fn program_of(state: &AlgorithmState) -> Program {
@@ -288,41 +290,92 @@ pub fn program_of(state: &AlgorithmState) -> Program {
     }
 }
 
-/// The stored value for `state` of policy revision `revision`, byte for byte as the programs
-/// write it (see the State section of each program's header).
-///
-/// # Errors
-/// [`StateError::EntryAfterLast`] for a sliding-log entry the encoding cannot hold.
-pub fn encode_state(revision: u32, state: &AlgorithmState) -> Result<Vec<u8>, StateError> {
-    let last_ms = match state {
+fn last_ms_of(state: &AlgorithmState) -> u64 {
+    match state {
         AlgorithmState::FixedWindow(s) => s.last_ms,
         AlgorithmState::SlidingWindow(s) => s.last_ms,
         AlgorithmState::TokenBucket(s) => s.last_ms,
         AlgorithmState::Gcra(s) => s.last_ms,
         AlgorithmState::SlidingLog(s) => s.last_ms,
-    };
-    let mut out = vec![program_of(state).tag()];
-    out.extend_from_slice(&last_ms.to_le_bytes()[..6]);
-    put_varint(&mut out, u64::from(revision));
-    match state {
-        AlgorithmState::FixedWindow(s) => put_varint(&mut out, s.count),
-        AlgorithmState::SlidingWindow(s) => {
-            put_varint(&mut out, s.previous);
-            put_varint(&mut out, s.current);
-        }
-        AlgorithmState::TokenBucket(s) => put_varint(&mut out, s.tokens),
-        AlgorithmState::Gcra(s) => put_varint(&mut out, s.debt),
+    }
+}
+
+/// The field values of `state` after the revision, in stored order.
+fn fields(state: &AlgorithmState) -> Result<Vec<u64>, StateError> {
+    Ok(match state {
+        AlgorithmState::FixedWindow(s) => vec![s.count],
+        AlgorithmState::SlidingWindow(s) => vec![s.previous, s.current],
+        AlgorithmState::TokenBucket(s) => vec![s.tokens],
+        AlgorithmState::Gcra(s) => vec![s.debt],
         AlgorithmState::SlidingLog(s) => {
+            let mut v = Vec::with_capacity(2 * s.entries.len());
             for &(time, cost) in &s.entries {
-                let age = last_ms
+                let age = s
+                    .last_ms
                     .checked_sub(time)
-                    .ok_or(StateError::EntryAfterLast { time, last_ms })?;
-                put_varint(&mut out, age);
-                put_varint(&mut out, cost);
+                    .ok_or(StateError::EntryAfterLast {
+                        time,
+                        last_ms: s.last_ms,
+                    })?;
+                v.extend([age, cost]);
             }
+            v
         }
+    })
+}
+
+fn fits(value: u64, width: usize) -> bool {
+    width >= 8 || value < 1 << (8 * width)
+}
+
+/// The stored value for `state` of policy revision `revision` in `layout`, byte for byte.
+///
+/// # Errors
+/// [`StateError::DoesNotFit`] when a value is too wide for `layout`;
+/// [`StateError::EntryAfterLast`] for a sliding-log entry no layout can hold.
+pub fn encode_state_as(
+    layout: Layout,
+    revision: u32,
+    state: &AlgorithmState,
+) -> Result<Vec<u8>, StateError> {
+    let program = program_of(state);
+    let (rev_width, widths) = program.widths(layout);
+    let values = fields(state)?;
+    let last_ms = last_ms_of(state);
+    let mut out = vec![program.tag(layout)];
+    let mut put = |value: u64, width: usize| {
+        if !fits(value, width) {
+            return Err(StateError::DoesNotFit(layout));
+        }
+        out.extend_from_slice(&value.to_le_bytes()[..width]);
+        Ok(())
+    };
+    put(last_ms, 6)?;
+    put(u64::from(revision), rev_width)?;
+    for (i, &v) in values.iter().enumerate() {
+        put(v, widths[i % widths.len()])?;
     }
     Ok(out)
+}
+
+/// The stored value the programs write for `state`: compact whenever it fits.
+///
+/// # Errors
+/// As [`encode_state_as`] for the wide layout.
+pub fn encode_state(revision: u32, state: &AlgorithmState) -> Result<Vec<u8>, StateError> {
+    encode_state_as(Layout::Compact, revision, state)
+        .or_else(|_| encode_state_as(Layout::Wide, revision, state))
+}
+
+/// The layout of a stored value, by its tag byte.
+pub fn layout_of(b: &[u8]) -> Option<Layout> {
+    b.first().map(|t| {
+        if t & COMPACT != 0 {
+            Layout::Compact
+        } else {
+            Layout::Wide
+        }
+    })
 }
 
 /// Decodes a stored value into its revision and state. Checks the layout only; range checks
@@ -331,54 +384,64 @@ pub fn encode_state(revision: u32, state: &AlgorithmState) -> Result<Vec<u8>, St
 /// # Errors
 /// [`StateError`] naming what does not fit the layout.
 pub fn decode_state(b: &[u8]) -> Result<(u32, AlgorithmState), StateError> {
-    if b.len() < 8 {
-        return Err(StateError::TooShort(b.len()));
-    }
+    let tag = *b.first().ok_or(StateError::Length(0))?;
+    let layout = layout_of(b).ok_or(StateError::Length(0))?;
     let program = Program::ALL
         .into_iter()
-        .find(|p| p.tag() == b[0])
-        .ok_or(StateError::Tag(b[0]))?;
-    let mut le = [0u8; 8];
-    le[..6].copy_from_slice(&b[1..7]);
-    let last_ms = u64::from_le_bytes(le);
-    let mut i = 7;
-    let revision = get_varint(b, &mut i)?;
-    let revision = u32::try_from(revision).map_err(|_| StateError::Varint(7))?;
+        .find(|p| p.tag(layout) == tag)
+        .ok_or(StateError::Tag(tag))?;
+    let (rev_width, widths) = program.widths(layout);
+    let header = 7 + rev_width;
+    let per: usize = widths.iter().sum();
+    let body = b
+        .len()
+        .checked_sub(header)
+        .ok_or(StateError::Length(b.len()))?;
+    let fixed = program != Program::SlidingLog;
+    if (fixed && body != per) || body % per != 0 {
+        return Err(StateError::Length(b.len()));
+    }
+    let get = |at: usize, width: usize| {
+        let mut le = [0u8; 8];
+        le[..width].copy_from_slice(&b[at..at + width]);
+        u64::from_le_bytes(le)
+    };
+    let last_ms = get(1, 6);
+    let revision = u32::try_from(get(7, rev_width)).map_err(|_| StateError::Length(b.len()))?;
+    let mut values = Vec::new();
+    let mut at = header;
+    while at < b.len() {
+        for &w in widths {
+            values.push(get(at, w));
+            at += w;
+        }
+    }
     let state = match program {
         Program::FixedWindow => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms,
-            count: get_varint(b, &mut i)?,
+            count: values[0],
         }),
-        Program::SlidingCounter => {
-            let previous = get_varint(b, &mut i)?;
-            let current = get_varint(b, &mut i)?;
-            AlgorithmState::SlidingWindow(SlidingWindowState {
-                last_ms,
-                previous,
-                current,
-            })
-        }
+        Program::SlidingCounter => AlgorithmState::SlidingWindow(SlidingWindowState {
+            last_ms,
+            previous: values[0],
+            current: values[1],
+        }),
         Program::TokenBucket => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms,
-            tokens: get_varint(b, &mut i)?,
+            tokens: values[0],
         }),
         Program::Gcra => AlgorithmState::Gcra(GcraState {
             last_ms,
-            debt: get_varint(b, &mut i)?,
+            debt: values[0],
         }),
-        Program::SlidingLog => {
-            let mut entries = Vec::new();
-            while i < b.len() {
-                let age = get_varint(b, &mut i)?;
-                let cost = get_varint(b, &mut i)?;
-                entries.push((last_ms.saturating_sub(age), cost));
-            }
-            AlgorithmState::SlidingLog(SlidingLogState { last_ms, entries })
-        }
+        Program::SlidingLog => AlgorithmState::SlidingLog(SlidingLogState {
+            last_ms,
+            entries: values
+                .chunks(2)
+                .map(|e| (last_ms.saturating_sub(e[0]), e[1]))
+                .collect(),
+        }),
     };
-    if i != b.len() {
-        return Err(StateError::Trailing(b.len() - i));
-    }
     Ok((revision, state))
 }
 

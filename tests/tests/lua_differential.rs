@@ -15,7 +15,9 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use acceptance_tests::lua::{Loaded, Program, Reply, arguments, decode_state, encode_state};
+use acceptance_tests::lua::{
+    Layout, Loaded, Program, Reply, arguments, decode_state, encode_state, encode_state_as,
+};
 use acceptance_tests::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
@@ -216,7 +218,7 @@ fn field(sel: (u8, u64), bound: u64) -> u64 {
 
 /// Raw material for a planted state: whether to plant, last_ms offset from the start, field
 /// selectors, sliding-log entries (age step, cost).
-type Plant = (bool, i64, (u8, u64), (u8, u64), Vec<(u64, u64)>);
+type Plant = (bool, i64, (u8, u64), (u8, u64), Vec<(u64, u64)>, bool);
 
 fn plant() -> impl Strategy<Value = Plant> {
     (
@@ -231,11 +233,12 @@ fn plant() -> impl Strategy<Value = Plant> {
             ),
             0..6,
         ),
+        any::<bool>(),
     )
 }
 
 fn planted_state(p: &Plant, start: u64, policy: &RateLimitPolicy) -> Option<AlgorithmState> {
-    let (yes, offset, a, b, entries) = p;
+    let (yes, offset, a, b, entries, _) = p;
     if !yes {
         return None;
     }
@@ -335,8 +338,22 @@ fn run_case(
     let mut state = planted_state(&plant, start, &policy);
     let mut stored: Option<Vec<u8>> = None;
     let _: () = redis::cmd("DEL").arg(key).query(con).map_err(fail)?;
-    if let Some(s) = &state {
-        let bytes = encode_state(revision, s).map_err(fail)?;
+    // Planted in either layout (the wide one also holds what the compact one cannot); a
+    // state neither can hold (a sliding-log entry older than 2^40 ms) is not planted.
+    let layout = if plant.5 {
+        Layout::Wide
+    } else {
+        Layout::Compact
+    };
+    let planted = state.as_ref().and_then(|s| {
+        encode_state_as(layout, revision, s)
+            .or_else(|_| encode_state_as(Layout::Wide, revision, s))
+            .ok()
+    });
+    if planted.is_none() {
+        state = None;
+    }
+    if let Some(bytes) = planted {
         let _: () = redis::cmd("SET")
             .arg(key)
             .arg(&bytes)
@@ -392,6 +409,9 @@ fn run_case(
                             value.ok_or_else(|| fail(format!("{at}: allow wrote nothing")))?;
                         let decoded = decode_state(&bytes).map_err(fail)?;
                         prop_assert_eq!(&decoded, &(revision, new.clone()), "{}", at);
+                        // Byte for byte the canonical encoding (compact whenever it fits).
+                        let canonical = encode_state(revision, &new).map_err(fail)?;
+                        prop_assert_eq!(&bytes, &canonical, "{}", at);
                         prop_assert!(e.ttl_ms >= 1, "{}: model ttl 0", at);
                         let ttl = u64::try_from(ttl)
                             .map_err(|_| fail(format!("{at}: PTTL {ttl} after an allow")))?;

@@ -7,8 +7,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Loaded, Program, Reply, TEST_TIME_SOURCE, arguments, decode_state, dump, encode_state, get_raw,
-    pttl, server_time_ms,
+    Layout, Loaded, Program, Reply, TEST_TIME_SOURCE, arguments, decode_state, dump, encode_state,
+    encode_state_as, get_raw, layout_of, pttl, server_time_ms,
 };
 use acceptance_tests::redis_server::RedisServer;
 use shared_contract::model::{
@@ -300,20 +300,25 @@ fn malformed_values(program: Program, p: &RateLimitPolicy) -> Vec<(String, Vec<u
         ("trailing byte".into(), [good.clone(), vec![0]].concat()),
         ("header only".into(), good[..7].to_vec()),
     ];
+    let layout = layout_of(&good).expect("a tag");
     let mut wrong = good.clone();
-    wrong[0] = (2 << 4) | program.algorithm_code();
+    wrong[0] = (good[0] & 0x80) | (2 << 4) | program.algorithm_code();
     v.push(("schema version 2".into(), wrong));
     for other in Program::ALL.into_iter().filter(|o| *o != program) {
         let mut w = good.clone();
-        w[0] = other.tag();
+        w[0] = other.tag(layout);
         v.push((format!("tag of {}", other.file_name()), w));
     }
+    // The layout bit must match the length.
+    let mut flipped = good.clone();
+    flipped[0] = program.tag(Layout::Wide);
+    v.push(("wide tag on a compact value".into(), flipped));
+    let mut wide =
+        encode_state_as(Layout::Wide, 7, &some_state(p, 1_800_000_000_000)).expect("encode wide");
+    wide[0] = program.tag(Layout::Compact);
+    v.push(("compact tag on a wide value".into(), wide));
     let other_revision = encode_state(8, &some_state(p, 1_800_000_000_000)).expect("encode");
     v.push(("another revision".into(), other_revision));
-    // An unterminated varint in the last field: every byte has the high bit set.
-    let mut unterminated = good[..8].to_vec();
-    unterminated.extend_from_slice(&[0xff; 9]);
-    v.push(("unterminated varint".into(), unterminated));
     let over = match p.algorithm() {
         Algorithm::FixedWindow(q) => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms: 1,
@@ -359,9 +364,9 @@ fn malformed_values(program: Program, p: &RateLimitPolicy) -> Vec<(String, Vec<u
             log(vec![(90, 1), (90, 1)]),
         ));
         // An age beyond last_ms would put the entry before the epoch.
-        let mut before_epoch = good[..8].to_vec();
-        before_epoch[1..7].copy_from_slice(&100u64.to_le_bytes()[..6]);
-        before_epoch.extend_from_slice(&[101, 1]);
+        let mut before_epoch = vec![program.tag(Layout::Compact)];
+        before_epoch.extend_from_slice(&100u64.to_le_bytes()[..6]);
+        before_epoch.extend_from_slice(&[7, 101, 0, 0, 1]);
         v.push(("entry before the epoch".into(), before_epoch));
     }
     v
@@ -405,6 +410,56 @@ fn malformed_state_is_state_incompatible_and_untouched() {
             )
             .expect("a reply");
         assert_eq!(reply.status, "ALLOWED", "{}", program.file_name());
+    }
+}
+
+#[test]
+fn both_layouts_are_read_and_the_compact_one_is_written() {
+    for program in Program::ALL {
+        let mut f = fixture(program);
+        let p = policy(program);
+        let k = key(program, "layouts");
+        let now = 1_800_000_000_000;
+        let state = some_state(&p, now);
+        for layout in [Layout::Compact, Layout::Wide] {
+            let planted = encode_state_as(layout, 7, &state).expect("encode");
+            plant(&mut f.con, &k, &planted, None);
+            let reply = f
+                .test_build
+                .run(&mut f.con, &k, &with_now(arguments(&p, 1), now))
+                .expect("a reply");
+            let context = format!("{} from {layout:?}", program.file_name());
+            assert_eq!(
+                (reply.status.as_str(), reply.remaining),
+                ("ALLOWED", 2),
+                "{context}"
+            );
+            let stored = get_raw(&mut f.con, &k).expect("GET").expect("state");
+            assert_eq!(layout_of(&stored), Some(Layout::Compact), "{context}");
+            // Counters fit 12 bytes; a sliding log holds 4 bytes per entry after 8.
+            let max = if program == Program::SlidingLog {
+                16
+            } else {
+                12
+            };
+            assert!(stored.len() <= max, "{context}: {} bytes", stored.len());
+        }
+        // A revision above 255 does not fit the compact layout: the wide one is written.
+        let wide_policy = policy_with(spec(program, 5, HOUR), 5, 300);
+        let _: () = redis::cmd("DEL").arg(&k).query(&mut f.con).expect("DEL");
+        let reply = f
+            .test_build
+            .run(&mut f.con, &k, &with_now(arguments(&wide_policy, 1), now))
+            .expect("a reply");
+        assert_eq!(reply.status, "ALLOWED");
+        let stored = get_raw(&mut f.con, &k).expect("GET").expect("state");
+        assert_eq!(
+            layout_of(&stored),
+            Some(Layout::Wide),
+            "{}",
+            program.file_name()
+        );
+        assert_eq!(decode_state(&stored).expect("decodes").0, 300);
     }
 }
 
@@ -634,7 +689,8 @@ fn programs_are_headed_by_their_interface() {
             "STATE_INCOMPATIBLE",
             "INVALID",
             "State:",
-            &format!("tag {:#04x}", program.tag()),
+            &format!("tag {:#04x}", program.tag(Layout::Compact)),
+            &format!("tag {:#04x}", program.tag(Layout::Wide)),
         ] {
             assert!(
                 header.contains(needle),
