@@ -456,6 +456,14 @@ mod tests {
     }
 
     #[test]
+    fn a_map_bucket_stays_within_88_bytes() {
+        // Key 40 + entry 48 (state 32, expiry, ring position, reference bit): the layout
+        // docs/performance.md's bytes-per-key figure rests on. Larger buckets cost cache misses.
+        let bucket = std::mem::size_of::<(Key, Entry)>();
+        assert!(bucket <= 88, "{bucket} bytes");
+    }
+
+    #[test]
     fn zero_capacity_stores_nothing() {
         let (store, clock) = (Store::new(0), ManualClock::new(0));
         write(&store, &clock, key(1), 1, 1_000);
