@@ -372,3 +372,15 @@ impl StepClock for ManualClock {
         now
     }
 }
+
+#[test]
+fn provider_is_send_sync_and_debug_without_state() {
+    fn assert_send_sync<T: Send + Sync + std::fmt::Debug>() {}
+    assert_send_sync::<LocalProvider>();
+    let (p, _clock) = provider(vec![policy("api", 1, fixed(1, 60_000), 1)]);
+    let debug = format!("{p:?}");
+    assert!(
+        debug.contains("LocalProvider") && debug.contains("api"),
+        "{debug}"
+    );
+}
