@@ -254,3 +254,180 @@ impl EdgeRateLimitPort for CircuitBreaker {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+    use std::time::Duration;
+
+    use shared_contract::{
+        AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, PolicyId, PolicyRevision,
+        PolicySpec, RateLimitDecision, RateLimitPolicy, Source, SubjectDigest,
+    };
+
+    use super::*;
+
+    /// A port that answers from a script and counts what reached it.
+    #[derive(Debug)]
+    struct Scripted {
+        policies: PolicySet,
+        down: Mutex<bool>,
+        calls: AtomicU32,
+    }
+
+    fn policy_set() -> PolicySet {
+        let id = PolicyId::new("api").expect("valid id");
+        let p = RateLimitPolicy::new(PolicySpec {
+            id: id.clone(),
+            revision: PolicyRevision::new(1).expect("valid"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit: 10,
+                window: Duration::from_secs(1),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy");
+        PolicySet::new([p], id).expect("valid set")
+    }
+
+    #[async_trait::async_trait]
+    impl EdgeRateLimitPort for Scripted {
+        async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            if *self.down.lock().expect("lock") {
+                return Ok(RateLimitOutcome::Unavailable {
+                    policy_id: r.policy_id,
+                    retry_after_ms: 1000,
+                    category: UnavailableCategory::Connect,
+                });
+            }
+            Ok(RateLimitOutcome::Evaluated(RateLimitDecision {
+                allowed: true,
+                limit: 10,
+                remaining: 9,
+                retry_after_ms: 0,
+                reset_at_ms: 0,
+                policy_id: r.policy_id,
+                revision: PolicyRevision::new(1).expect("valid"),
+                source: Source::GlobalRedis,
+                certainty: Certainty::Certain,
+            }))
+        }
+        fn policies(&self) -> &PolicySet {
+            &self.policies
+        }
+    }
+
+    fn request() -> RateLimitRequest {
+        RateLimitRequest {
+            policy_id: PolicyId::new("api").expect("valid id"),
+            subject: SubjectDigest::from_bytes([7; 32]),
+            cost: Cost::ONE,
+            evaluation_id: None,
+            deadline: Deadline::within(Duration::from_secs(1)).expect("valid"),
+        }
+    }
+
+    fn setup(threshold: u32, cool_down_ms: u64) -> (Arc<Scripted>, CircuitBreaker) {
+        let inner = Arc::new(Scripted {
+            policies: policy_set(),
+            down: Mutex::new(true),
+            calls: AtomicU32::new(0),
+        });
+        let b = CircuitBreaker::new(
+            inner.clone(),
+            BreakerSettings {
+                enabled: true,
+                failure_threshold: threshold,
+                cool_down: Duration::from_millis(cool_down_ms),
+            },
+        );
+        (inner, b)
+    }
+
+    #[tokio::test]
+    async fn opens_after_threshold_and_then_sends_nothing() {
+        let (inner, b) = setup(3, 60_000);
+        for _ in 0..3 {
+            let o = b.evaluate(request()).await.expect("valid request");
+            assert!(matches!(
+                o,
+                RateLimitOutcome::Unavailable {
+                    category: UnavailableCategory::Connect,
+                    ..
+                }
+            ));
+        }
+        assert_eq!(b.state(), BreakerState::Open);
+        for _ in 0..10 {
+            let o = b.evaluate(request()).await.expect("valid request");
+            assert!(
+                matches!(o, RateLimitOutcome::Unavailable { category: UnavailableCategory::CircuitOpen, retry_after_ms, .. } if retry_after_ms > 0),
+                "{o:?}"
+            );
+        }
+        assert_eq!(
+            inner.calls.load(Ordering::SeqCst),
+            3,
+            "an open circuit sends nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn successes_reset_the_count() {
+        let (inner, b) = setup(3, 60_000);
+        for _ in 0..2 {
+            b.evaluate(request()).await.expect("valid request");
+        }
+        *inner.down.lock().expect("lock") = false;
+        b.evaluate(request()).await.expect("valid request");
+        *inner.down.lock().expect("lock") = true;
+        for _ in 0..2 {
+            b.evaluate(request()).await.expect("valid request");
+        }
+        assert_eq!(
+            b.state(),
+            BreakerState::Closed,
+            "2 + 2 failures, not 3 in a row"
+        );
+    }
+
+    #[tokio::test]
+    async fn half_open_probe_closes_on_success_and_reopens_on_failure() {
+        let (inner, b) = setup(1, 30);
+        b.evaluate(request()).await.expect("valid request");
+        assert_eq!(b.state(), BreakerState::Open);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        // Still down: the probe fails, the circuit opens again.
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert!(matches!(
+            o,
+            RateLimitOutcome::Unavailable {
+                category: UnavailableCategory::Connect,
+                ..
+            }
+        ));
+        assert_eq!(b.state(), BreakerState::Open);
+        assert_eq!(inner.calls.load(Ordering::SeqCst), 2);
+        tokio::time::sleep(Duration::from_millis(40)).await;
+        *inner.down.lock().expect("lock") = false;
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert!(matches!(o, RateLimitOutcome::Evaluated(_)));
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test]
+    async fn requests_are_still_checked_while_open() {
+        let (_, b) = setup(1, 60_000);
+        b.evaluate(request()).await.expect("valid request");
+        let mut r = request();
+        r.policy_id = PolicyId::new("other").expect("valid id");
+        assert!(matches!(
+            b.evaluate(r).await,
+            Err(RequestError::UnknownPolicy(_))
+        ));
+    }
+}

@@ -441,16 +441,16 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
 
     let http = read_http(&mut c, root.get("http"));
     let rate_limit = read_rate_limit(&mut c, root.get("rate_limit"), base);
-    let routes = read_routes(&mut c, root.get("routes"), rate_limit.as_ref());
+    let routes = read_routes(&mut c, root.get("routes"), &rate_limit);
     let event_gates = match c.table("event_gates", root.get("event_gates")) {
         Some(d) => d.clone(),
         None => Dict::new(),
     };
 
-    match (c.problems.is_empty(), http, rate_limit) {
-        (true, Some(http), Some(read)) => Ok(Settings {
+    match (c.problems.is_empty(), http, rate_limit.settings) {
+        (true, Some(http), Some(rate_limit)) => Ok(Settings {
             http,
-            rate_limit: read.settings,
+            rate_limit,
             routes: routes.unwrap_or_default(),
             event_gates,
         }),
@@ -482,7 +482,8 @@ fn read_http(c: &mut Check, v: Option<&Value>) -> Option<HttpSettings> {
 
 /// What the rate_limit section read into, plus the policy ids it defines (routes need them).
 struct ReadRateLimit {
-    settings: RateLimitSettings,
+    /// `None` when the section has problems.
+    settings: Option<RateLimitSettings>,
     policy_ids: Vec<PolicyId>,
 }
 
@@ -492,13 +493,25 @@ impl ReadRateLimit {
     }
 }
 
-fn read_rate_limit(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Option<ReadRateLimit> {
+fn read_rate_limit(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> ReadRateLimit {
+    let (policy_ids, settings) = read_rate_limit_settings(c, v, base);
+    ReadRateLimit {
+        settings,
+        policy_ids,
+    }
+}
+
+fn read_rate_limit_settings(
+    c: &mut Check,
+    v: Option<&Value>,
+    base: Option<&Path>,
+) -> (Vec<PolicyId>, Option<RateLimitSettings>) {
     const P: &str = "rate_limit";
     let empty = Dict::new();
     let d = match c.table(P, v) {
         Some(d) => d,
         None if v.is_none() => &empty,
-        None => return None,
+        None => return (Vec::new(), None),
     };
     c.unknown_keys(P, d, RATE_LIMIT_KEYS);
     let before = c.problems.len();
@@ -538,13 +551,12 @@ fn read_rate_limit(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Opt
             }
         });
     let secret = read_secret(c, d, base);
-    let policies = read_policies(c, d.get("policies"), failure_policy);
+    let (policies, policy_ids) = read_policies(c, d.get("policies"), failure_policy);
     let local = read_local(c, d.get("local"));
     let breaker = read_breaker(c, d.get("circuit_breaker"));
     let is_redis = provider.as_deref() == Some("redis");
     let redis = read_redis(c, d.get("redis"), enabled && is_redis);
 
-    let policy_ids: Vec<PolicyId> = policies.iter().map(|p| p.id().clone()).collect();
     if let Some(id) = &default_policy
         && !policy_ids.contains(id)
     {
@@ -559,10 +571,8 @@ fn read_rate_limit(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Opt
     }
 
     if !enabled {
-        return (c.problems.len() == before).then_some(ReadRateLimit {
-            settings: RateLimitSettings::Disabled,
-            policy_ids,
-        });
+        let ok = c.problems.len() == before;
+        return (policy_ids, ok.then_some(RateLimitSettings::Disabled));
     }
 
     // Enabled: what enabling needs must be present.
@@ -595,26 +605,32 @@ fn read_rate_limit(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Opt
         );
     }
     if c.problems.len() != before {
-        return None;
+        return (policy_ids, None);
     }
-    let policy_set = PolicySet::new(policies, default_policy?)
-        .map_err(|e| c.push("rate_limit.policies", e.to_string()))
-        .ok()?;
-    let provider = match provider.as_deref() {
-        Some("redis") => ProviderSettings::Redis(redis?),
+    let Some(default_policy) = default_policy else {
+        return (policy_ids, None);
+    };
+    let policy_set = match PolicySet::new(policies, default_policy) {
+        Ok(set) => set,
+        Err(e) => {
+            c.push("rate_limit.policies", e.to_string());
+            return (policy_ids, None);
+        }
+    };
+    let provider = match (provider.as_deref(), redis) {
+        (Some("redis"), Some(redis)) => ProviderSettings::Redis(redis),
+        (Some("redis"), None) => return (policy_ids, None),
         _ => ProviderSettings::Local,
     };
-    Some(ReadRateLimit {
-        settings: RateLimitSettings::Enabled(Box::new(EnabledSettings {
-            provider,
-            policies: policy_set,
-            failure_policy,
-            subject_secret: secret,
-            local,
-            breaker,
-        })),
-        policy_ids,
-    })
+    let settings = RateLimitSettings::Enabled(Box::new(EnabledSettings {
+        provider,
+        policies: policy_set,
+        failure_policy,
+        subject_secret: secret,
+        local,
+        breaker,
+    }));
+    (policy_ids, Some(settings))
 }
 
 fn list(ids: &[PolicyId]) -> String {
@@ -918,19 +934,25 @@ fn encode(s: &str) -> String {
     out
 }
 
+/// The valid policies, and the ids of every policy table (valid or not), so that references
+/// to a policy with problems are not reported as undefined too.
 fn read_policies(
     c: &mut Check,
     v: Option<&Value>,
     failure_policy: FailurePolicy,
-) -> Vec<RateLimitPolicy> {
+) -> (Vec<RateLimitPolicy>, Vec<PolicyId>) {
     let mut out = Vec::new();
+    let mut declared = Vec::new();
     let Some(d) = c.table("rate_limit.policies", v) else {
-        return out;
+        return (out, declared);
     };
     for (name, value) in d {
         let path = format!("rate_limit.policies.{name}");
         let id = match PolicyId::new(name) {
-            Ok(id) => Some(id),
+            Ok(id) => {
+                declared.push(id.clone());
+                Some(id)
+            }
             Err(e) => {
                 c.push(&path, e.to_string());
                 None
@@ -943,7 +965,7 @@ fn read_policies(
             out.push(policy);
         }
     }
-    out
+    (out, declared)
 }
 
 fn read_policy(
@@ -1085,11 +1107,15 @@ fn read_policy(
             }
         }
     });
-    if c.problems.len() != before {
-        return None;
-    }
+    // The contract's checks run whenever the parameters could be read, even next to other
+    // problems of this policy, so that they are reported in the same pass.
     let spec = PolicySpec {
-        id: id?,
+        // An invalid table name is reported already; a stand-in id still lets the
+        // parameters be checked.
+        id: match id {
+            Some(id) => id,
+            None => PolicyId::new("invalid").ok()?,
+        },
         revision: revision?,
         algorithm: algorithm?,
         max_cost,
@@ -1098,7 +1124,8 @@ fn read_policy(
         failure_policy,
     };
     match RateLimitPolicy::new(spec) {
-        Ok(p) => Some(p),
+        Ok(p) if c.problems.len() == before => Some(p),
+        Ok(_) => None,
         Err(errors) => {
             for e in errors.0 {
                 c.push(join(path, e.field), e.problem);
@@ -1111,7 +1138,7 @@ fn read_policy(
 fn read_routes(
     c: &mut Check,
     v: Option<&Value>,
-    rate_limit: Option<&ReadRateLimit>,
+    rate_limit: &ReadRateLimit,
 ) -> Option<Vec<RouteSettings>> {
     let items = match v {
         None => return Some(Vec::new()),
@@ -1150,22 +1177,19 @@ fn read_routes(
             Some(p) => Some(p),
         };
         let policy = match c.string(&join(&path, "policy"), d.get("policy")) {
-            None => rate_limit.and_then(|r| match &r.settings {
-                RateLimitSettings::Enabled(e) => Some(e.policies.default_id().clone()),
-                RateLimitSettings::Disabled => None,
-            }),
+            None => None,
             Some(s) => match PolicyId::new(&s) {
                 Err(e) => {
                     c.push(join(&path, "policy"), e.to_string());
                     None
                 }
                 Ok(id) => {
-                    if rate_limit.is_some_and(|r| !r.defines(&id)) {
+                    if !rate_limit.defines(&id) {
                         c.push(
                             join(&path, "policy"),
                             format!(
                                 "{s:?} is not defined under rate_limit.policies (defined: {})",
-                                rate_limit.map(|r| list(&r.policy_ids)).unwrap_or_default()
+                                list(&rate_limit.policy_ids)
                             ),
                         );
                         None

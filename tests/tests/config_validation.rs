@@ -1,0 +1,414 @@
+//! Configuration validation: every invalid case is reported with its full key path, all
+//! problems of a file at once, secrets never shown; rate limiting is disabled by default.
+
+use app_bootstrap::config::{self, ConfigErrors, Sources};
+use app_bootstrap::{RateLimitSettings, Settings};
+
+const SECRET: &str = "0123456789abcdef0123456789abcdef-secret";
+
+fn errors(toml: &str) -> ConfigErrors {
+    match config::from_toml(toml) {
+        Ok(s) => panic!("expected configuration errors, got {s:?}"),
+        Err(e) => e,
+    }
+}
+
+fn ok(toml: &str) -> Settings {
+    config::from_toml(toml).unwrap_or_else(|e| panic!("expected a valid configuration:\n{e}"))
+}
+
+/// The problem on `path`, failing the test with all problems when there is none.
+fn problem_at(e: &ConfigErrors, path: &str) -> String {
+    e.0.iter()
+        .find(|p| p.path == path)
+        .map(|p| p.problem.clone())
+        .unwrap_or_else(|| panic!("no problem named {path}; got:\n{e}"))
+}
+
+fn redis_config(extra_rate_limit: &str, redis: &str, policy: &str) -> String {
+    format!(
+        r#"
+[rate_limit]
+enabled = true
+provider = "redis"
+default_policy = "api"
+{extra_rate_limit}
+
+[rate_limit.redis]
+{redis}
+
+[rate_limit.policies.api]
+{policy}
+"#
+    )
+}
+
+const GOOD_REDIS: &str = r#"role = "coordination"
+url = "redis://127.0.0.1:6379/0""#;
+const GOOD_POLICY: &str = r#"algorithm = "token_bucket"
+capacity = 100
+refill_amount = 10
+refill_interval = "1s""#;
+
+fn secret_line() -> String {
+    format!("subject_secret = \"{SECRET}\"")
+}
+
+#[test]
+fn empty_configuration_is_valid_and_disabled() {
+    let s = ok("");
+    assert!(matches!(s.rate_limit, RateLimitSettings::Disabled));
+    assert_eq!(s.http.bind.to_string(), "127.0.0.1:8080");
+}
+
+#[test]
+fn configured_redis_without_enabled_stays_disabled() {
+    let s = ok(&format!(
+        "[rate_limit]\nprovider = \"redis\"\n\n[rate_limit.redis]\n{GOOD_REDIS}\n"
+    ));
+    assert!(matches!(s.rate_limit, RateLimitSettings::Disabled));
+}
+
+#[test]
+fn complete_redis_configuration_is_valid() {
+    let s = ok(&redis_config(&secret_line(), GOOD_REDIS, GOOD_POLICY));
+    match s.rate_limit {
+        RateLimitSettings::Enabled(e) => {
+            assert_eq!(e.provider.name(), "redis");
+            assert_eq!(e.policies.default_id().as_str(), "api");
+        }
+        RateLimitSettings::Disabled => panic!("enabled = true must enable"),
+    }
+}
+
+#[test]
+fn redis_without_subject_secret_names_the_secret_key() {
+    let e = errors(&redis_config("", GOOD_REDIS, GOOD_POLICY));
+    problem_at(&e, "rate_limit.subject_secret_file");
+}
+
+#[test]
+fn short_subject_secret_is_refused_without_showing_it() {
+    let e = errors(&redis_config(
+        "subject_secret = \"hunter2-hunter2\"",
+        GOOD_REDIS,
+        GOOD_POLICY,
+    ));
+    let p = problem_at(&e, "rate_limit.subject_secret");
+    assert!(p.contains("32"), "{p}");
+    assert!(!e.to_string().contains("hunter2"), "{e}");
+}
+
+#[test]
+fn subject_secret_file_is_read_and_short_file_is_refused() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let short = dir.path().join("short");
+    std::fs::write(&short, "too-short\n").expect("write");
+    let e = errors(&redis_config(
+        &format!("subject_secret_file = {:?}", short.display().to_string()),
+        GOOD_REDIS,
+        GOOD_POLICY,
+    ));
+    let p = problem_at(&e, "rate_limit.subject_secret_file");
+    assert!(!p.contains("too-short"), "{p}");
+
+    let long = dir.path().join("long");
+    std::fs::write(&long, format!("{SECRET}\n")).expect("write");
+    ok(&redis_config(
+        &format!("subject_secret_file = {:?}", long.display().to_string()),
+        GOOD_REDIS,
+        GOOD_POLICY,
+    ));
+}
+
+#[test]
+fn unknown_algorithm_names_the_algorithm_key() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        "algorithm = \"leaky_bucket\"\nlimit = 5\nwindow = \"1s\"",
+    ));
+    let p = problem_at(&e, "rate_limit.policies.api.algorithm");
+    assert!(p.contains("leaky_bucket"), "{p}");
+}
+
+#[test]
+fn zero_capacity_names_the_capacity_key() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        "algorithm = \"token_bucket\"\ncapacity = 0\nrefill_amount = 1\nrefill_interval = \"1s\"",
+    ));
+    let p = problem_at(&e, "rate_limit.policies.api.capacity");
+    assert!(p.contains('0'), "{p}");
+}
+
+#[test]
+fn default_policy_that_is_not_defined_is_named() {
+    let e = errors(&format!(
+        "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"web\"\n\n[rate_limit.policies.api]\n{GOOD_POLICY}\n"
+    ));
+    let p = problem_at(&e, "rate_limit.default_policy");
+    assert!(p.contains("web"), "{p}");
+}
+
+#[test]
+fn role_other_than_coordination_is_refused() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"cache\"\nurl = \"redis://127.0.0.1:6379/0\"",
+        GOOD_POLICY,
+    ));
+    let p = problem_at(&e, "rate_limit.redis.role");
+    assert!(p.contains("cache") && p.contains("coordination"), "{p}");
+}
+
+#[test]
+fn missing_role_is_refused_for_redis() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        "url = \"redis://127.0.0.1:6379/0\"",
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.role");
+}
+
+#[test]
+fn non_finite_and_zero_command_timeouts_are_refused() {
+    for bad in ["inf", "nan", "\"0s\"", "\"forever\"", "50"] {
+        let e = errors(&redis_config(
+            &secret_line(),
+            &format!("{GOOD_REDIS}\ncommand_timeout = {bad}"),
+            GOOD_POLICY,
+        ));
+        problem_at(&e, "rate_limit.redis.command_timeout");
+    }
+}
+
+#[test]
+fn arithmetic_beyond_two_to_the_53_is_refused_by_key() {
+    // 1 token per 7 ms: capacity is counted in 1/7 tokens, and 2^52 * 7 exceeds 2^53-1.
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        "algorithm = \"token_bucket\"\ncapacity = 4503599627370496\nrefill_amount = 1\nrefill_interval = \"7ms\"",
+    ));
+    let p = problem_at(&e, "rate_limit.policies.api.capacity");
+    assert!(p.contains("2^53"), "{p}");
+}
+
+#[test]
+fn parameter_of_another_algorithm_is_named() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        &format!("{GOOD_POLICY}\nwindow = \"60s\""),
+    ));
+    let p = problem_at(&e, "rate_limit.policies.api.window");
+    assert!(p.contains("token_bucket"), "{p}");
+}
+
+#[test]
+fn missing_parameter_is_named() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        "algorithm = \"gcra\"\nlimit = 10\nburst = 2",
+    ));
+    problem_at(&e, "rate_limit.policies.api.period");
+}
+
+#[test]
+fn max_cost_above_the_limit_is_named() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        GOOD_REDIS,
+        &format!("{GOOD_POLICY}\nmax_cost = 101"),
+    ));
+    problem_at(&e, "rate_limit.policies.api.max_cost");
+}
+
+#[test]
+fn every_problem_is_reported_at_once_one_line_each() {
+    let e = errors(
+        r#"
+[http]
+bind = "not an address"
+
+[rate_limit]
+enabled = true
+provider = "redis"
+default_policy = "web"
+failure_policy = "sometimes"
+
+[rate_limit.redis]
+role = "cache"
+url = "redis://127.0.0.1:6379/0"
+command_timeout = "0s"
+max_in_flight = 0
+
+[rate_limit.policies.api]
+algorithm = "token_bucket"
+capacity = 0
+refill_amount = 1
+refill_interval = "1s"
+limit = 3
+
+[rate_limit.policies.Bad]
+algorithm = "fixed_window"
+limit = 1
+window = "1s"
+
+[[routes]]
+path_prefix = "api"
+policy = "nope"
+subject = "cookie:x"
+"#,
+    );
+    let expected = [
+        "http.bind",
+        "rate_limit.failure_policy",
+        "rate_limit.default_policy",
+        "rate_limit.redis.role",
+        "rate_limit.redis.command_timeout",
+        "rate_limit.redis.max_in_flight",
+        "rate_limit.policies.api.capacity",
+        "rate_limit.policies.api.limit",
+        "rate_limit.policies.Bad",
+        "routes[0].path_prefix",
+        "routes[0].policy",
+        "routes[0].subject",
+        "rate_limit.subject_secret_file",
+    ];
+    for path in expected {
+        problem_at(&e, path);
+    }
+    let text = e.to_string();
+    assert_eq!(
+        text.lines().count(),
+        e.0.len(),
+        "one line per problem:\n{text}"
+    );
+    for line in text.lines() {
+        assert!(
+            line.starts_with("http.")
+                || line.starts_with("rate_limit.")
+                || line.starts_with("routes["),
+            "every line names its key path: {line}"
+        );
+    }
+}
+
+#[test]
+fn unknown_keys_are_named() {
+    let e = errors(&format!(
+        "[rate_limit]\nenabeld = true\n\n[rate_limit.policies.api]\n{GOOD_POLICY}\ncapacty = 3\n"
+    ));
+    problem_at(&e, "rate_limit.enabeld");
+    problem_at(&e, "rate_limit.policies.api.capacty");
+}
+
+#[test]
+fn environment_overrides_file_keys_with_double_underscore_nesting() {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let file = dir.path().join("app.toml");
+    std::fs::write(
+        &file,
+        format!(
+            "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"api\"\n\n[rate_limit.policies.api]\n{GOOD_POLICY}\n"
+        ),
+    )
+    .expect("write");
+    let env = |vars: &[(&str, &str)]| Sources {
+        file: Some(file.clone()),
+        env: Some(
+            vars.iter()
+                .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                .collect(),
+        ),
+    };
+    // The override is validated like a file key, and named by its key path.
+    let e = config::load(&env(&[("APP_RATE_LIMIT__POLICIES__API__CAPACITY", "0")]))
+        .expect_err("capacity 0 from the environment");
+    problem_at(&e, "rate_limit.policies.api.capacity");
+    // Overrides apply: provider redis from the environment now needs the redis keys.
+    let e = config::load(&env(&[("APP_RATE_LIMIT__PROVIDER", "redis")]))
+        .expect_err("redis without role, url, secret");
+    problem_at(&e, "rate_limit.redis.role");
+    problem_at(&e, "rate_limit.redis.url");
+    // A full redis override is valid, and unrelated APP_ variables are ignored.
+    let s = config::load(&env(&[
+        ("APP_RATE_LIMIT__PROVIDER", "redis"),
+        ("APP_RATE_LIMIT__REDIS__ROLE", "coordination"),
+        ("APP_RATE_LIMIT__REDIS__URL", "redis://127.0.0.1:6379/0"),
+        ("APP_RATE_LIMIT__SUBJECT_SECRET", SECRET),
+        ("APP_RATE_LIMIT__REDIS__COMMAND_TIMEOUT", "20ms"),
+        ("APP_ENV", "production"),
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    match s.rate_limit {
+        RateLimitSettings::Enabled(e) => match &e.provider {
+            app_bootstrap::ProviderSettings::Redis(r) => {
+                assert_eq!(
+                    r.redis.command_timeout,
+                    std::time::Duration::from_millis(20)
+                );
+            }
+            other => panic!("expected redis, got {other:?}"),
+        },
+        RateLimitSettings::Disabled => panic!("enabled in the file"),
+    }
+}
+
+#[test]
+fn unreadable_config_file_is_one_problem() {
+    let e = config::load(&Sources {
+        file: Some("/nonexistent/app.toml".into()),
+        env: Some(Vec::new()),
+    })
+    .expect_err("missing file");
+    assert_eq!(e.0.len(), 1);
+    assert_eq!(e.0[0].path, "--config");
+}
+
+#[test]
+fn check_rendering_redacts_secrets_and_url_passwords() {
+    let s = ok(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\nurl = \"redis://limiter:s3cr3t-pw@127.0.0.1:6379/0\"",
+        GOOD_POLICY,
+    ));
+    let text = s.render();
+    assert!(!text.contains(SECRET), "{text}");
+    assert!(!text.contains("s3cr3t-pw"), "{text}");
+    assert!(text.contains("<redacted>"), "{text}");
+    assert!(
+        text.contains("limiter"),
+        "the user name is not a secret: {text}"
+    );
+    // The rendering is itself a valid configuration with the same meaning (minus secrets).
+    let reparsed: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(reparsed.contains_key("rate_limit"));
+}
+
+#[test]
+fn bad_url_is_refused_without_echoing_it() {
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\nurl = \"http://user:pw-in-url@host\"",
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.url");
+    assert!(!e.to_string().contains("pw-in-url"), "{e}");
+}
+
+#[tokio::test]
+async fn disabled_settings_build_nothing() {
+    let s = ok(&format!(
+        "[rate_limit]\nprovider = \"redis\"\n\n[rate_limit.redis]\n{GOOD_REDIS}\n"
+    ));
+    let built = app_bootstrap::build(&s.rate_limit)
+        .await
+        .expect("disabled builds");
+    assert!(built.is_none(), "disabled mode must create no port");
+}
