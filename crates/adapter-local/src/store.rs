@@ -74,12 +74,26 @@ const MUL: u64 = 0x9e37_79b9_7f4a_7c15;
 
 impl Hasher for FoldHasher {
     fn write(&mut self, bytes: &[u8]) {
-        // Only `Key` is hashed with this hasher, through `write_u64`; keep a correct fallback.
-        for chunk in bytes.chunks(8) {
+        // Keys hash through `write_u64`; bytes come from policy ids (`str`). Whole words are
+        // read without a copy, the tail byte by byte: no `memcpy` call on the request path.
+        let mut words = bytes.chunks_exact(8);
+        for chunk in &mut words {
             let mut w = [0u8; 8];
-            w[..chunk.len()].copy_from_slice(chunk);
+            w.copy_from_slice(chunk);
             self.write_u64(u64::from_le_bytes(w));
         }
+        let tail = words.remainder();
+        if !tail.is_empty() {
+            let w = tail
+                .iter()
+                .rev()
+                .fold(tail.len() as u64, |acc, &b| (acc << 8) | u64::from(b));
+            self.write_u64(w);
+        }
+    }
+
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(u64::from(v) | 0x100);
     }
 
     fn write_u64(&mut self, v: u64) {
@@ -461,6 +475,20 @@ mod tests {
         // docs/performance.md's bytes-per-key figure rests on. Larger buckets cost cache misses.
         let bucket = std::mem::size_of::<(Key, Entry)>();
         assert!(bucket <= 88, "{bucket} bytes");
+    }
+
+    #[test]
+    fn byte_strings_of_different_length_hash_differently() {
+        let h = SeededFold::new();
+        let hash = |b: &[u8]| {
+            let mut hasher = h.build_hasher();
+            hasher.write(b);
+            hasher.finish()
+        };
+        assert_ne!(hash(b"api"), hash(b"api\0"));
+        assert_ne!(hash(b"api"), hash(b"apj"));
+        assert_ne!(hash(b"abcdefgh"), hash(b"abcdefgh\0"));
+        assert_eq!(hash(b"same-policy-id"), hash(b"same-policy-id"));
     }
 
     #[test]
