@@ -59,6 +59,7 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+pub mod gate;
 mod store;
 
 use std::collections::HashMap;
@@ -72,6 +73,8 @@ use shared_contract::{
 };
 
 use store::{Key, SeededFold, Store};
+
+pub use gate::{LocalGateProvider, LocalGateSettings};
 
 /// Tunables of the local provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

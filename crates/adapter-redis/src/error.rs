@@ -43,4 +43,7 @@ pub enum Error {
         "rate_limit.redis.key_prefix: must be 1..=32 characters of [A-Za-z0-9_.-], got {got:?}"
     )]
     KeyPrefix { got: String },
+    /// A gate provider tunable is out of range (`RedisGateSettings`).
+    #[error("event_gates.redis.{field}: out of range, got {got}")]
+    GateSetting { field: &'static str, got: String },
 }

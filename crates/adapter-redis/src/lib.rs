@@ -15,6 +15,7 @@
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
 //! | settings, supervised connections, the port | [`provider`] |
 //! | the crate's error type | [`error`] |
+//! | the event-gate provider (second port) | [`gate`] |
 //!
 //! The provider connects in the background (an unreachable server is `Unavailable(connect)`
 //! until it answers, never a start-up failure), multiplexes every request on one pipelined
@@ -29,10 +30,12 @@
 
 pub mod error;
 pub mod failure;
+pub mod gate;
 pub mod keys;
 pub mod programs;
 pub mod provider;
 pub mod reply;
 
 pub use error::Error;
+pub use gate::{RedisGateProvider, RedisGateSettings};
 pub use provider::{RedisProvider, RedisSettings};

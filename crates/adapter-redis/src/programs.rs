@@ -56,22 +56,31 @@ impl Program {
     /// A description of the problem when the source lacks exactly one well-formed
     /// `-- @time-source begin` / `-- @time-source end` block.
     pub fn test_variant(&self) -> Result<String, String> {
-        const BEGIN: &str = "-- @time-source begin";
-        const END: &str = "-- @time-source end";
-        let src = self.source;
-        let (Some(b), Some(e)) = (src.find(BEGIN), src.find(END)) else {
-            return Err(format!("{}: no @time-source block", self.name));
-        };
-        if src.matches(BEGIN).count() != 1 || src.matches(END).count() != 1 || e < b {
-            return Err(format!("{}: malformed @time-source block", self.name));
-        }
-        let end = e + END.len();
-        Ok(format!(
-            "{}local now = tonumber(ARGV[#ARGV]){}",
-            &src[..b],
-            &src[end..]
-        ))
+        time_test_variant(self.name, self.source)
     }
+}
+
+/// The test variant of any program's source: its one marked `TIME` block replaced by
+/// `local now = tonumber(ARGV[#ARGV])` (shared by the rate-limit and the event-gate programs).
+///
+/// # Errors
+/// A description of the problem when `source` lacks exactly one well-formed
+/// `-- @time-source begin` / `-- @time-source end` block.
+pub fn time_test_variant(name: &str, source: &str) -> Result<String, String> {
+    const BEGIN: &str = "-- @time-source begin";
+    const END: &str = "-- @time-source end";
+    let (Some(b), Some(e)) = (source.find(BEGIN), source.find(END)) else {
+        return Err(format!("{name}: no @time-source block"));
+    };
+    if source.matches(BEGIN).count() != 1 || source.matches(END).count() != 1 || e < b {
+        return Err(format!("{name}: malformed @time-source block"));
+    }
+    let end = e + END.len();
+    Ok(format!(
+        "{}local now = tonumber(ARGV[#ARGV]){}",
+        &source[..b],
+        &source[end..]
+    ))
 }
 
 macro_rules! program {

@@ -204,21 +204,21 @@ const STUCK_AFTER_TIMEOUTS: u32 = 3;
 
 /// A live connection, the flag its driver clears when it ends, and the notifier that tells
 /// the supervisor to replace it.
-struct Link {
-    conn: MultiplexedConnection,
+pub(crate) struct Link {
+    pub(crate) conn: MultiplexedConnection,
     alive: Arc<AtomicBool>,
     ended: Arc<Notify>,
     timeouts: AtomicU32,
 }
 
 impl Link {
-    fn replied(&self) {
+    pub(crate) fn replied(&self) {
         if self.timeouts.load(Ordering::Relaxed) != 0 {
             self.timeouts.store(0, Ordering::Relaxed);
         }
     }
 
-    fn timed_out(&self) {
+    pub(crate) fn timed_out(&self) {
         let n = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
         if n == STUCK_AFTER_TIMEOUTS {
             tracing::warn!(
@@ -254,7 +254,7 @@ impl Slot {
     }
 }
 
-enum Pick {
+pub(crate) enum Pick {
     Up(Arc<Link>),
     Down(Arc<str>),
     Incompatible(Arc<str>),
@@ -264,14 +264,81 @@ struct Shared {
     settings: RedisSettings,
     policies: PolicySet,
     plans: HashMap<PolicyId, Plan>,
-    slots: Vec<Arc<Slot>>,
-    next: AtomicUsize,
+    pool: Pool,
     admission: Semaphore,
 }
 
-impl Shared {
+/// The supervised connections of one provider (rate limits or event gates): `connections`
+/// slots, each kept connected by its supervisor task, picked round robin.
+pub(crate) struct Pool {
+    slots: Vec<Arc<Slot>>,
+    next: AtomicUsize,
+    _supervisors: Supervisors,
+}
+
+impl Pool {
+    /// Checks `settings`, starts one supervisor per connection (each preloads `scripts`,
+    /// `(name, source, sha1)`, after connecting), and waits at most `connect_timeout` for every
+    /// first attempt. An unreachable server is not an error.
+    ///
+    /// # Errors
+    /// [`Error`] naming the bad setting.
+    pub(crate) async fn start(
+        settings: &RedisSettings,
+        scripts: Arc<[Script]>,
+    ) -> Result<Self, Error> {
+        let endpoint = Arc::new(settings.validate()?);
+        let slots: Vec<Arc<Slot>> = (0..settings.connections)
+            .map(|_| {
+                Arc::new(Slot {
+                    state: RwLock::new(SlotState::Down("not connected yet".into())),
+                })
+            })
+            .collect();
+        let (attempts_tx, mut attempts_rx) = watch::channel(0usize);
+        let attempts_tx = Arc::new(attempts_tx);
+        let handles = slots
+            .iter()
+            .map(|slot| {
+                tokio::spawn(supervise(
+                    slot.clone(),
+                    endpoint.clone(),
+                    settings.clone(),
+                    scripts.clone(),
+                    attempts_tx.clone(),
+                ))
+            })
+            .collect();
+        let n = slots.len();
+        let wait = settings.connect_timeout + Duration::from_millis(100);
+        // Either every connection finished its first attempt or the wait is over; both are
+        // fine, the supervisors carry on in the background.
+        let _ = tokio::time::timeout(wait, attempts_rx.wait_for(|&done| done >= n)).await;
+        Ok(Self {
+            slots,
+            next: AtomicUsize::new(0),
+            _supervisors: Supervisors(handles),
+        })
+    }
+
+    /// `Ready` when a connection is up and answers `PING` within `timeout`.
+    pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
+        let mut conn = match self.pick() {
+            Pick::Up(link) => link.conn.clone(),
+            Pick::Down(reason) => return Readiness::NotReady(format!("redis: {reason}")),
+            Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
+        };
+        let ping = redis::cmd("PING");
+        match tokio::time::timeout(timeout, conn.send_packed_command(&ping)).await {
+            Ok(Ok(Value::SimpleString(s))) if s == "PONG" => Readiness::Ready,
+            Ok(Ok(other)) => Readiness::NotReady(format!("redis: unexpected PING reply {other:?}")),
+            Ok(Err(e)) => Readiness::NotReady(format!("redis: PING failed: {e}")),
+            Err(_) => Readiness::NotReady(format!("redis: no PING reply within {timeout:?}")),
+        }
+    }
+
     /// A live connection, round robin over the slots, skipping dead ones.
-    fn pick(&self) -> Pick {
+    pub(crate) fn pick(&self) -> Pick {
         let n = self.slots.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         // Built only on the failure path: the happy path allocates nothing.
@@ -301,7 +368,20 @@ impl Shared {
         }
         why.unwrap_or_else(|| Pick::Down("no connection configured".into()))
     }
+}
 
+/// A program to preload on every new connection: name, exact source, SHA1 of the source.
+pub(crate) type Script = (&'static str, &'static str, &'static str);
+
+/// The rate-limit programs, as [`Pool::start`] preloads them.
+fn rate_scripts() -> Arc<[Script]> {
+    programs::PROGRAMS
+        .iter()
+        .map(|p| (p.name, p.source, p.sha1()))
+        .collect()
+}
+
+impl Shared {
     fn unavailable(
         &self,
         policy: &RateLimitPolicy,
@@ -337,7 +417,6 @@ impl Drop for Supervisors {
 /// across every instance that shares the server.
 pub struct RedisProvider {
     shared: Arc<Shared>,
-    _supervisors: Supervisors,
 }
 
 impl fmt::Debug for RedisProvider {
@@ -359,7 +438,7 @@ impl RedisProvider {
     /// # Errors
     /// [`Error`] naming the bad setting (timeouts, bounds, key prefix, URL).
     pub async fn connect(settings: RedisSettings, policies: PolicySet) -> Result<Self, Error> {
-        let endpoint = Arc::new(settings.validate()?);
+        settings.validate()?;
         let mut plans = HashMap::new();
         for policy in policies.iter() {
             let program = programs::program(policy.kind());
@@ -376,43 +455,15 @@ impl RedisProvider {
                 },
             );
         }
-        let slots: Vec<Arc<Slot>> = (0..settings.connections)
-            .map(|_| {
-                Arc::new(Slot {
-                    state: RwLock::new(SlotState::Down("not connected yet".into())),
-                })
-            })
-            .collect();
-        let (attempts_tx, mut attempts_rx) = watch::channel(0usize);
-        let attempts_tx = Arc::new(attempts_tx);
-        let handles = slots
-            .iter()
-            .map(|slot| {
-                tokio::spawn(supervise(
-                    slot.clone(),
-                    endpoint.clone(),
-                    settings.clone(),
-                    attempts_tx.clone(),
-                ))
-            })
-            .collect();
-        let n = slots.len();
+        let pool = Pool::start(&settings, rate_scripts()).await?;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
             policies,
             plans,
-            slots,
-            next: AtomicUsize::new(0),
+            pool,
         });
-        let wait = shared.settings.connect_timeout + Duration::from_millis(100);
-        // Either every connection finished its first attempt or the wait is over; both are
-        // fine, the supervisors carry on in the background.
-        let _ = tokio::time::timeout(wait, attempts_rx.wait_for(|&done| done >= n)).await;
-        Ok(Self {
-            shared,
-            _supervisors: Supervisors(handles),
-        })
+        Ok(Self { shared })
     }
 
     /// The settings this provider runs with.
@@ -478,7 +529,7 @@ impl RedisProvider {
 
 /// A reply value, or what its failure means. Error replies arrive either as `Err` or inside
 /// `Ok(Value::ServerError)` depending on the driver path; both are classified alike.
-fn classify(result: redis::RedisResult<Value>) -> Result<Value, Failure> {
+pub(crate) fn classify(result: redis::RedisResult<Value>) -> Result<Value, Failure> {
     match result {
         Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
         Ok(value) => Ok(value),
@@ -511,7 +562,7 @@ impl EdgeRateLimitPort for RedisProvider {
         let Ok(_permit) = shared.admission.try_acquire() else {
             return Ok(shared.unavailable(policy, UnavailableCategory::Admission));
         };
-        let link = match shared.pick() {
+        let link = match shared.pool.pick() {
             Pick::Up(link) => link,
             Pick::Down(_) => return Ok(shared.unavailable(policy, UnavailableCategory::Connect)),
             Pick::Incompatible(_) => {
@@ -544,26 +595,10 @@ impl EdgeRateLimitPort for RedisProvider {
 
     /// `Ready` when a connection is up and answers `PING` within `command_timeout`.
     async fn readiness(&self) -> Readiness {
-        let mut conn = match self.shared.pick() {
-            Pick::Up(link) => link.conn.clone(),
-            Pick::Down(reason) => return Readiness::NotReady(format!("redis: {reason}")),
-            Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
-        };
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(
-            self.shared.settings.command_timeout,
-            conn.send_packed_command(&ping),
-        )
-        .await
-        {
-            Ok(Ok(Value::SimpleString(s))) if s == "PONG" => Readiness::Ready,
-            Ok(Ok(other)) => Readiness::NotReady(format!("redis: unexpected PING reply {other:?}")),
-            Ok(Err(e)) => Readiness::NotReady(format!("redis: PING failed: {e}")),
-            Err(_) => Readiness::NotReady(format!(
-                "redis: no PING reply within {:?}",
-                self.shared.settings.command_timeout
-            )),
-        }
+        self.shared
+            .pool
+            .readiness(self.shared.settings.command_timeout)
+            .await
     }
 }
 
@@ -572,6 +607,7 @@ impl EdgeRateLimitPort for RedisProvider {
 async fn open(
     endpoint: &Endpoint,
     settings: &RedisSettings,
+    scripts: &[Script],
 ) -> Result<(Link, Arc<Notify>, JoinHandle<()>), Attempt> {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
@@ -623,7 +659,7 @@ async fn open(
     let setup = async {
         let mut conn = link.conn.clone();
         check_version(&mut conn).await?;
-        preload(&mut conn).await
+        preload(&mut conn, scripts).await
     };
     let checked = tokio::time::timeout(settings.connect_timeout, setup)
         .await
@@ -703,24 +739,24 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> 
 /// `SCRIPT LOAD` of every program, so the first `EVALSHA` finds it. A server that forbids
 /// `SCRIPT` (ACL) is fine: `NOSCRIPT` then triggers `EVAL`. A server that answers another
 /// SHA1 than ours has hashed something else: unusable.
-async fn preload(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
-    for p in &programs::PROGRAMS {
+async fn preload(conn: &mut MultiplexedConnection, scripts: &[Script]) -> Result<(), Attempt> {
+    for &(name, source, sha1) in scripts {
         match conn
-            .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(p.source))
+            .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(source))
             .await
         {
-            Ok(Value::BulkString(sha)) if sha == p.sha1().as_bytes() => {}
+            Ok(Value::BulkString(sha)) if sha == sha1.as_bytes() => {}
             Ok(Value::BulkString(sha)) => {
                 return Err(Attempt::Incompatible(format!(
                     "{}: server hashed it to {}, this build to {}",
-                    p.name,
+                    name,
                     String::from_utf8_lossy(&sha),
-                    p.sha1()
+                    sha1
                 )));
             }
             Ok(Value::ServerError(e)) => {
                 tracing::warn!(
-                    program = p.name,
+                    program = name,
                     code = e.code(),
                     "SCRIPT LOAD refused; relying on EVAL"
                 );
@@ -728,11 +764,11 @@ async fn preload(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
             Ok(other) => {
                 return Err(Attempt::Incompatible(format!(
                     "{}: SCRIPT LOAD answered {other:?}",
-                    p.name
+                    name
                 )));
             }
             Err(e) if e.code().is_some() => {
-                tracing::warn!(program = p.name, error = %e, "SCRIPT LOAD refused; relying on EVAL");
+                tracing::warn!(program = name, error = %e, "SCRIPT LOAD refused; relying on EVAL");
             }
             Err(e) => return Err(Attempt::Down(format!("SCRIPT LOAD: {e}"))),
         }
@@ -745,6 +781,7 @@ async fn supervise(
     slot: Arc<Slot>,
     endpoint: Arc<Endpoint>,
     settings: RedisSettings,
+    scripts: Arc<[Script]>,
     attempts: Arc<watch::Sender<usize>>,
 ) {
     let min_backoff = Duration::from_millis(25);
@@ -752,7 +789,7 @@ async fn supervise(
     let mut first = true;
     let mut was_up = false;
     loop {
-        match open(&endpoint, &settings).await {
+        match open(&endpoint, &settings, &scripts).await {
             Ok((link, ended, driver)) => {
                 let link = Arc::new(link);
                 slot.set(SlotState::Up(link.clone()));

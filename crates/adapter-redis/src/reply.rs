@@ -88,7 +88,7 @@ const NAMES: [&str; ARITY] = [
     "reset_at_ms",
 ];
 
-fn kind(v: &Value) -> &'static str {
+pub(crate) fn kind(v: &Value) -> &'static str {
     match v {
         Value::Nil => "nil",
         Value::Int(_) => "an integer",
@@ -102,7 +102,7 @@ fn kind(v: &Value) -> &'static str {
 }
 
 /// A canonical decimal integer in `0..=2^53-1`: digits only, no sign, no leading zero.
-fn decimal(bytes: &[u8]) -> Result<u64, &'static str> {
+pub(crate) fn decimal(bytes: &[u8]) -> Result<u64, &'static str> {
     if bytes.is_empty() || bytes.len() > 16 || !bytes.iter().all(u8::is_ascii_digit) {
         return Err("not a decimal integer");
     }
@@ -118,7 +118,7 @@ fn decimal(bytes: &[u8]) -> Result<u64, &'static str> {
     Ok(v)
 }
 
-fn number(v: &Value) -> Result<u64, &'static str> {
+pub(crate) fn number(v: &Value) -> Result<u64, &'static str> {
     match v {
         Value::Int(i) if *i < 0 => Err("negative"),
         Value::Int(i) if (*i as u64) > MAX_SAFE_INTEGER => Err("above 2^53-1"),

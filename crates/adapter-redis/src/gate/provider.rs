@@ -1,0 +1,657 @@
+//! The Redis gate provider: settings, the background publisher, and `EventGatePort`.
+//!
+//! ## Connections and certainty
+//!
+//! The provider owns a [`Pool`] of supervised, multiplexed connections, built by the same
+//! code as the rate-limit provider's (connect in the background, version check, preload of
+//! the gate programs, replacement of a dead or stuck link). A submission, publication or
+//! sweep follows [`crate::failure`]: refused before dispatch is `Unavailable`, a lost or late
+//! reply after dispatch is `Indeterminate` (a retried submission with the same id is then
+//! safe: a held id answers `Duplicate`). A read (event, snapshot, updates) that fails changed
+//! nothing, so it is `Unavailable(connect)`, never `Indeterminate`.
+//!
+//! ## Publisher
+//!
+//! [`RedisGateProvider::connect`] starts one publisher task per gate (unless
+//! [`RedisGateSettings::run_publisher`] is off). It calls `gate-publish-v1.lua` with a bounded
+//! batch; while a batch comes back full it calls again at once, otherwise it sleeps until the
+//! earliest publish time the program reported (by server time), at most
+//! [`RedisGateSettings::publish_interval`]. Every [`RedisGateSettings::sweep_interval`] it also
+//! runs the conditional delete. Because finding an event due and publishing it are one atomic
+//! program, any number of instances may publish at once: each event is published exactly
+//! once, and when an instance dies the others' next call publishes what it left.
+//! [`RedisGateProvider::shutdown`] stops the publishers between two calls; dropping the
+//! provider aborts them (a program that was sent runs to its end or not at all).
+//!
+//! ## Updates
+//!
+//! `updates_after` reads the stream with `gate-updates-v1.lua`, which never blocks: a blocking
+//! `XREAD` would stall every request pipelined on the same connection. With nothing new it
+//! polls every [`RedisGateSettings::updates_poll`] until the caller's deadline is near.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use redis::{Cmd, Value};
+use shared_contract::gate::{
+    EventGatePort, EventId, EventRecord, GateClock, GateId, GateOutcome, GateRequestError, GateSet,
+    GateSettings, Snapshot, SubmitOutcome, SubmitRequest, UpdateBatch,
+};
+use shared_contract::{Deadline, IncompatibleCategory, Readiness, UnavailableCategory};
+use tokio::sync::{Semaphore, watch};
+use tokio::task::JoinHandle;
+
+use super::keys::GateKeys;
+use super::programs::{self, GateProgram};
+use super::reply::{self, Published, ReplyError};
+use crate::error::Error;
+use crate::failure::Failure;
+use crate::provider::{Pick, Pool, RedisSettings, Script, classify};
+
+/// Tunables of the gate provider beside the connection settings.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RedisGateSettings {
+    /// Start the background publisher (default true). Off: publication happens only when
+    /// someone calls `publish_due` (tests, or an external scheduler).
+    pub run_publisher: bool,
+    /// Longest sleep of the publisher between two calls (default 10 ms); it sleeps less when
+    /// an event is due sooner.
+    pub publish_interval: Duration,
+    /// Events published per program call (default 1 000).
+    pub publish_batch: NonZeroUsize,
+    /// Time between two conditional deletes of a gate (default 1 s).
+    pub sweep_interval: Duration,
+    /// Events (and windows) removed per conditional delete (default 1 000).
+    pub sweep_batch: NonZeroUsize,
+    /// `XADD MAXLEN ~` bound of each gate's stream (default 100 000 updates).
+    pub stream_max_len: u64,
+    /// Poll interval of `updates_after` while nothing is new (default 5 ms).
+    pub updates_poll: Duration,
+}
+
+impl Default for RedisGateSettings {
+    fn default() -> Self {
+        Self {
+            run_publisher: true,
+            publish_interval: Duration::from_millis(10),
+            publish_batch: NonZeroUsize::new(1000).unwrap_or(NonZeroUsize::MIN),
+            sweep_interval: Duration::from_secs(1),
+            sweep_batch: NonZeroUsize::new(1000).unwrap_or(NonZeroUsize::MIN),
+            stream_max_len: 100_000,
+            updates_poll: Duration::from_millis(5),
+        }
+    }
+}
+
+impl RedisGateSettings {
+    /// Largest accepted batch (the programs refuse more).
+    pub const MAX_BATCH: usize = 100_000;
+    /// Largest accepted stream bound.
+    pub const MAX_STREAM_LEN: u64 = (1 << 40) - 1;
+
+    fn validate(&self) -> Result<(), Error> {
+        let bad = |field: &'static str, got: String| Err(Error::GateSetting { field, got });
+        if self.publish_batch.get() > Self::MAX_BATCH {
+            return bad("publish_batch", self.publish_batch.to_string());
+        }
+        if self.sweep_batch.get() > Self::MAX_BATCH {
+            return bad("sweep_batch", self.sweep_batch.to_string());
+        }
+        if self.stream_max_len == 0 || self.stream_max_len > Self::MAX_STREAM_LEN {
+            return bad("stream_max_len", self.stream_max_len.to_string());
+        }
+        for (field, d) in [
+            ("publish_interval", self.publish_interval),
+            ("sweep_interval", self.sweep_interval),
+            ("updates_poll", self.updates_poll),
+        ] {
+            if d.is_zero() || d > Duration::from_secs(60) {
+                return bad(field, format!("{d:?}"));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Everything one gate needs per request, computed once.
+#[derive(Debug)]
+struct Plan {
+    gate: GateSettings,
+    keys: GateKeys,
+    /// Mode, duration, max clock regression.
+    common: [String; 3],
+}
+
+struct Shared {
+    settings: RedisSettings,
+    gate_settings: RedisGateSettings,
+    gates: GateSet,
+    plans: HashMap<GateId, Plan>,
+    pool: Pool,
+    admission: Semaphore,
+}
+
+/// Whether a failure after dispatch may have changed state.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Effect {
+    Write,
+    Read,
+}
+
+impl Shared {
+    fn retry_after_ms(&self) -> u64 {
+        self.settings
+            .retry_after
+            .as_millis()
+            .min(u128::from(u64::MAX)) as u64
+    }
+
+    fn unavailable<T>(&self, category: UnavailableCategory) -> GateOutcome<T> {
+        GateOutcome::Unavailable {
+            retry_after_ms: self.retry_after_ms(),
+            category,
+        }
+    }
+
+    fn failure<T>(&self, f: Failure, effect: Effect) -> GateOutcome<T> {
+        match (f, effect) {
+            (Failure::Unavailable(category), _) => self.unavailable(category),
+            (Failure::Incompatible(category), _) => GateOutcome::Incompatible { category },
+            (Failure::Indeterminate | Failure::NoScript, Effect::Write) => {
+                GateOutcome::Indeterminate {
+                    retry_after_ms: self.retry_after_ms(),
+                }
+            }
+            (Failure::Indeterminate | Failure::NoScript, Effect::Read) => {
+                self.unavailable(UnavailableCategory::Connect)
+            }
+        }
+    }
+
+    fn plan(&self, gate: &GateId) -> Result<&Plan, GateRequestError> {
+        self.gates.admit(gate)?;
+        self.plans
+            .get(gate)
+            .ok_or_else(|| GateRequestError::UnknownGate(gate.clone()))
+    }
+
+    fn command(verb: &str, script: &str, plan: &Plan, args: &[&str]) -> Cmd {
+        let mut cmd = redis::cmd(verb);
+        cmd.arg(script).arg(plan.keys.all().len());
+        for k in plan.keys.all() {
+            cmd.arg(k.as_str());
+        }
+        for a in args {
+            cmd.arg(*a);
+        }
+        cmd
+    }
+
+    /// Runs `program` once (plus `EVAL` after `NOSCRIPT`) within the command timeout, after
+    /// the deadline, admission and connection checks; the reply value or the outcome that
+    /// replaces it.
+    async fn run<T>(
+        &self,
+        program: &GateProgram,
+        plan: &Plan,
+        args: &[&str],
+        deadline: Deadline,
+        effect: Effect,
+    ) -> Result<Value, GateOutcome<T>> {
+        let timeout = self.settings.command_timeout;
+        if deadline.remaining_from(Instant::now()) < timeout {
+            return Err(self.unavailable(UnavailableCategory::Deadline));
+        }
+        let Ok(_permit) = self.admission.try_acquire() else {
+            return Err(self.unavailable(UnavailableCategory::Admission));
+        };
+        let link = match self.pool.pick() {
+            Pick::Up(link) => link,
+            Pick::Down(_) => return Err(self.unavailable(UnavailableCategory::Connect)),
+            Pick::Incompatible(_) => {
+                return Err(GateOutcome::Incompatible {
+                    category: IncompatibleCategory::Program,
+                });
+            }
+        };
+        let mut conn = link.conn.clone();
+        let exchange = async {
+            let evalsha = Self::command("EVALSHA", program.sha1(), plan, args);
+            match classify(conn.send_packed_command(&evalsha).await) {
+                Err(Failure::NoScript) => {
+                    tracing::info!(
+                        program = program.name,
+                        "NOSCRIPT: sending the exact source with EVAL"
+                    );
+                    let eval = Self::command("EVAL", program.source, plan, args);
+                    match classify(conn.send_packed_command(&eval).await) {
+                        // The server just refused the source it was sent: it cannot run it.
+                        Err(Failure::NoScript) => {
+                            Err(Failure::Incompatible(IncompatibleCategory::Program))
+                        }
+                        r => r,
+                    }
+                }
+                r => r,
+            }
+        };
+        match tokio::time::timeout(timeout, exchange).await {
+            Ok(Ok(value)) => {
+                link.replied();
+                Ok(value)
+            }
+            Ok(Err(f)) => {
+                link.replied();
+                Err(self.failure(f, effect))
+            }
+            Err(_elapsed) => {
+                link.timed_out();
+                Err(self.failure(Failure::Indeterminate, effect))
+            }
+        }
+    }
+
+    fn parsed<T>(
+        &self,
+        program: &GateProgram,
+        r: Result<GateOutcome<T>, ReplyError>,
+    ) -> GateOutcome<T> {
+        r.unwrap_or_else(|e| {
+            tracing::warn!(program = program.name, error = %e, "unusable gate program reply");
+            GateOutcome::Incompatible {
+                category: IncompatibleCategory::Reply,
+            }
+        })
+    }
+
+    async fn publish(
+        &self,
+        gate: &GateId,
+        max_batch: NonZeroUsize,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<Published>, GateRequestError> {
+        let plan = self.plan(gate)?;
+        let batch = max_batch.get().min(RedisGateSettings::MAX_BATCH);
+        let (batch_s, max_len) = (
+            batch.to_string(),
+            self.gate_settings.stream_max_len.to_string(),
+        );
+        let [mode, duration, regression] = &plan.common;
+        let args = [mode.as_str(), duration, regression, &batch_s, &max_len];
+        Ok(
+            match self
+                .run(&programs::PUBLISH, plan, &args, deadline, Effect::Write)
+                .await
+            {
+                Ok(v) => self.parsed(&programs::PUBLISH, reply::publish(&v, batch)),
+                Err(o) => o,
+            },
+        )
+    }
+}
+
+/// Stops the publisher tasks: gracefully through [`RedisGateProvider::shutdown`], by abort
+/// when the provider is dropped.
+struct Publishers {
+    stop: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl Drop for Publishers {
+    fn drop(&mut self) {
+        for t in &self.tasks {
+            t.abort();
+        }
+    }
+}
+
+/// The Redis provider of [`EventGatePort`].
+pub struct RedisGateProvider {
+    shared: Arc<Shared>,
+    publishers: tokio::sync::Mutex<Option<Publishers>>,
+}
+
+impl fmt::Debug for RedisGateProvider {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RedisGateProvider")
+            .field("settings", &self.shared.settings)
+            .field("gate_settings", &self.shared.gate_settings)
+            .field("gates", &self.shared.plans.len())
+            .finish_non_exhaustive()
+    }
+}
+
+fn gate_scripts() -> Arc<[Script]> {
+    programs::GATE_PROGRAMS
+        .iter()
+        .map(|p| (p.name, p.source, p.sha1()))
+        .collect()
+}
+
+impl RedisGateProvider {
+    /// Checks the settings, starts the connection supervisors (waiting at most
+    /// `connect_timeout` for a first connection; an unreachable server is not an error) and,
+    /// unless disabled, one publisher task per gate.
+    ///
+    /// Must be called inside a Tokio runtime.
+    ///
+    /// # Errors
+    /// [`Error`] naming the bad setting.
+    pub async fn connect(
+        settings: RedisSettings,
+        gates: GateSet,
+        gate_settings: RedisGateSettings,
+    ) -> Result<Self, Error> {
+        gate_settings.validate()?;
+        let mut plans = HashMap::new();
+        for g in gates.iter() {
+            plans.insert(
+                g.id().clone(),
+                Plan {
+                    gate: g.clone(),
+                    keys: GateKeys::new(&settings.key_prefix, g.id())?,
+                    common: programs::common_arguments(g),
+                },
+            );
+        }
+        let pool = Pool::start(&settings, gate_scripts()).await?;
+        let shared = Arc::new(Shared {
+            admission: Semaphore::new(settings.max_in_flight),
+            settings,
+            gate_settings,
+            gates,
+            plans,
+            pool,
+        });
+        let publishers = gate_settings.run_publisher.then(|| {
+            let (stop, stopped) = watch::channel(false);
+            let tasks = shared
+                .plans
+                .keys()
+                .map(|g| tokio::spawn(publisher(shared.clone(), g.clone(), stopped.clone())))
+                .collect();
+            Publishers { stop, tasks }
+        });
+        Ok(Self {
+            shared,
+            publishers: tokio::sync::Mutex::new(publishers),
+        })
+    }
+
+    /// Stops the background publishers after their current call and waits for them. Other
+    /// instances (or explicit `publish_due` calls) keep publishing; nothing is lost.
+    pub async fn shutdown(&self) {
+        let publishers = self.publishers.lock().await.take();
+        if let Some(mut p) = publishers {
+            let _ = p.stop.send(true);
+            for t in std::mem::take(&mut p.tasks) {
+                let _ = t.await;
+            }
+        }
+    }
+
+    /// The eight physical keys of `gate`, in KEYS order (for tests and operators).
+    pub fn keys(&self, gate: &GateId) -> Option<&[String; 8]> {
+        self.shared.plans.get(gate).map(|p| p.keys.all())
+    }
+
+    /// The settings this provider runs with.
+    pub fn settings(&self) -> (&RedisSettings, &RedisGateSettings) {
+        (&self.shared.settings, &self.shared.gate_settings)
+    }
+}
+
+/// One gate's publisher: publish due events, sleep until the next is due (bounded), sweep now
+/// and then, until told to stop.
+async fn publisher(shared: Arc<Shared>, gate: GateId, mut stop: watch::Receiver<bool>) {
+    let gs = shared.gate_settings;
+    let budget = (shared.settings.command_timeout * 4).max(Duration::from_millis(100));
+    let mut next_sweep = Instant::now() + gs.sweep_interval;
+    let mut wait = Duration::ZERO;
+    loop {
+        if !wait.is_zero() {
+            tokio::select! {
+                _ = stop.changed() => {}
+                () = tokio::time::sleep(wait) => {}
+            }
+        }
+        if *stop.borrow() {
+            return;
+        }
+        let Ok(deadline) = Deadline::within(budget) else {
+            return;
+        };
+        wait = match shared.publish(&gate, gs.publish_batch, deadline).await {
+            Ok(GateOutcome::Evaluated(p)) if p.count >= gs.publish_batch.get() => Duration::ZERO,
+            Ok(GateOutcome::Evaluated(p)) => match p.next_due_ms {
+                Some(due) => Duration::from_millis(due.saturating_sub(p.effective_now_ms))
+                    .min(gs.publish_interval),
+                None => gs.publish_interval,
+            },
+            other => {
+                tracing::debug!(gate = %gate, outcome = ?other.map(|o| o.map(|_| ())), "gate publisher call failed");
+                gs.publish_interval
+            }
+        };
+        if Instant::now() >= next_sweep {
+            next_sweep = Instant::now() + gs.sweep_interval;
+            if let Ok(deadline) = Deadline::within(budget) {
+                let _ = sweep(&shared, &gate, gs.sweep_batch, deadline).await;
+            }
+        }
+    }
+}
+
+async fn sweep(
+    shared: &Shared,
+    gate: &GateId,
+    max_batch: NonZeroUsize,
+    deadline: Deadline,
+) -> Result<GateOutcome<usize>, GateRequestError> {
+    let plan = shared.plan(gate)?;
+    let batch = max_batch.get().min(RedisGateSettings::MAX_BATCH);
+    let batch_s = batch.to_string();
+    let retention = plan.gate.retention_ms().to_string();
+    let [mode, duration, regression] = &plan.common;
+    let args = [mode.as_str(), duration, regression, &retention, &batch_s];
+    Ok(
+        match shared
+            .run(&programs::SWEEP, plan, &args, deadline, Effect::Write)
+            .await
+        {
+            Ok(v) => shared.parsed(&programs::SWEEP, reply::sweep(&v, batch)),
+            Err(o) => o,
+        },
+    )
+}
+
+#[async_trait::async_trait]
+impl EventGatePort for RedisGateProvider {
+    fn gates(&self) -> &GateSet {
+        &self.shared.gates
+    }
+
+    async fn submit(
+        &self,
+        request: SubmitRequest,
+    ) -> Result<GateOutcome<SubmitOutcome>, GateRequestError> {
+        let shared = &self.shared;
+        let plan = shared.plan(&request.gate)?;
+        let max_events = plan.gate.max_events().to_string();
+        let max_len = shared.gate_settings.stream_max_len.to_string();
+        let [mode, duration, regression] = &plan.common;
+        let args = [
+            mode.as_str(),
+            duration,
+            regression,
+            &max_events,
+            &max_len,
+            request.key.as_str(),
+            request.id.as_str(),
+        ];
+        Ok(
+            match shared
+                .run(
+                    &programs::SUBMIT,
+                    plan,
+                    &args,
+                    request.deadline,
+                    Effect::Write,
+                )
+                .await
+            {
+                Ok(v) => shared.parsed(
+                    &programs::SUBMIT,
+                    reply::submit(&v, &plan.gate, &request.id),
+                ),
+                Err(o) => o,
+            },
+        )
+    }
+
+    async fn event(
+        &self,
+        gate: &GateId,
+        id: &EventId,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<Option<EventRecord>>, GateRequestError> {
+        let shared = &self.shared;
+        let plan = shared.plan(gate)?;
+        let timeout = shared.settings.command_timeout;
+        if deadline.remaining_from(Instant::now()) < timeout {
+            return Ok(shared.unavailable(UnavailableCategory::Deadline));
+        }
+        let link = match shared.pool.pick() {
+            Pick::Up(link) => link,
+            Pick::Down(_) => return Ok(shared.unavailable(UnavailableCategory::Connect)),
+            Pick::Incompatible(_) => {
+                return Ok(GateOutcome::Incompatible {
+                    category: IncompatibleCategory::Program,
+                });
+            }
+        };
+        let mut conn = link.conn.clone();
+        let cmd = redis::cmd("HGET")
+            .arg(plan.keys.events())
+            .arg(id.as_str())
+            .clone();
+        let value = match tokio::time::timeout(timeout, conn.send_packed_command(&cmd)).await {
+            Ok(r) => {
+                link.replied();
+                match classify(r) {
+                    Ok(v) => v,
+                    Err(f) => return Ok(shared.failure(f, Effect::Read)),
+                }
+            }
+            Err(_) => {
+                link.timed_out();
+                return Ok(shared.unavailable(UnavailableCategory::Connect));
+            }
+        };
+        Ok(match value {
+            Value::Nil => GateOutcome::Evaluated(None),
+            Value::BulkString(b) => shared.parsed(
+                &programs::SNAPSHOT,
+                reply::record(id, &b).map(|r| {
+                    if &r.id == id {
+                        GateOutcome::Evaluated(Some(r))
+                    } else {
+                        GateOutcome::Incompatible {
+                            category: IncompatibleCategory::Reply,
+                        }
+                    }
+                }),
+            ),
+            _ => GateOutcome::Incompatible {
+                category: IncompatibleCategory::Reply,
+            },
+        })
+    }
+
+    async fn snapshot(
+        &self,
+        gate: &GateId,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<Snapshot>, GateRequestError> {
+        let shared = &self.shared;
+        let plan = shared.plan(gate)?;
+        let [mode, duration, _] = &plan.common;
+        let args = [mode.as_str(), duration];
+        Ok(
+            match shared
+                .run(&programs::SNAPSHOT, plan, &args, deadline, Effect::Read)
+                .await
+            {
+                Ok(v) => shared.parsed(&programs::SNAPSHOT, reply::snapshot(&v)),
+                Err(o) => o,
+            },
+        )
+    }
+
+    async fn updates_after(
+        &self,
+        gate: &GateId,
+        after: GateClock,
+        max: NonZeroUsize,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<UpdateBatch>, GateRequestError> {
+        let shared = &self.shared;
+        let plan = shared.plan(gate)?;
+        let max = max.get().min(RedisGateSettings::MAX_BATCH);
+        let (after_s, max_s) = (after.get().to_string(), max.to_string());
+        let args = [after_s.as_str(), &max_s];
+        let poll = shared.gate_settings.updates_poll;
+        let mut first = true;
+        loop {
+            let left = deadline.remaining_from(Instant::now());
+            if !first && left < shared.settings.command_timeout + poll {
+                return Ok(GateOutcome::Evaluated(UpdateBatch::Updates(Vec::new())));
+            }
+            first = false;
+            let outcome = match shared
+                .run(&programs::UPDATES, plan, &args, deadline, Effect::Read)
+                .await
+            {
+                Ok(v) => shared.parsed(&programs::UPDATES, reply::updates(&v, after, max)),
+                Err(o) => o,
+            };
+            match outcome {
+                GateOutcome::Evaluated(UpdateBatch::Updates(u)) if u.is_empty() => {}
+                other => return Ok(other),
+            }
+            tokio::time::sleep(poll).await;
+        }
+    }
+
+    async fn publish_due(
+        &self,
+        gate: &GateId,
+        max_batch: NonZeroUsize,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<usize>, GateRequestError> {
+        Ok(self
+            .shared
+            .publish(gate, max_batch, deadline)
+            .await?
+            .map(|p| p.count))
+    }
+
+    async fn sweep(
+        &self,
+        gate: &GateId,
+        max_batch: NonZeroUsize,
+        deadline: Deadline,
+    ) -> Result<GateOutcome<usize>, GateRequestError> {
+        sweep(&self.shared, gate, max_batch, deadline).await
+    }
+
+    async fn readiness(&self) -> Readiness {
+        self.shared
+            .pool
+            .readiness(self.shared.settings.command_timeout)
+            .await
+    }
+}
