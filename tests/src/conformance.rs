@@ -13,7 +13,7 @@
 //! A test file instantiates the whole suite with [`conformance_tests!`], which expands to one
 //! `#[tokio::test]` per (algorithm, case): `fixed_window::burst_admits_exactly_the_limit`, ...
 //!
-//! ```ignore
+//! ```text
 //! acceptance_tests::conformance_tests!(LocalTarget::new());
 //! ```
 
