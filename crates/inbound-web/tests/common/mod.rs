@@ -1,0 +1,304 @@
+//! Support for the end-to-end tests: the real `inbound-web` binary on a free port, and a
+//! strict RFC 8941 List parser for the rate-limit headers.
+
+#![allow(dead_code)]
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, ExitStatus, Output, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+pub const BIN: &str = env!("CARGO_BIN_EXE_inbound-web");
+pub const SECRET: &str = "e2e-subject-secret-of-at-least-32-bytes!";
+
+/// A running `inbound-web`, killed on drop.
+pub struct App {
+    child: Option<Child>,
+    pub addr: String,
+    stderr: Arc<Mutex<String>>,
+    _dir: tempfile::TempDir,
+}
+
+impl App {
+    /// Starts the binary with `config` (TOML) on a free loopback port, plus `env`.
+    pub fn start(config: &str, env: &[(&str, &str)]) -> App {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let path = dir.path().join("app.toml");
+        std::fs::write(&path, config).expect("write config");
+        let mut cmd = Command::new(BIN);
+        cmd.arg("--config")
+            .arg(&path)
+            .env("APP_HTTP__BIND", "127.0.0.1:0")
+            .env("RUST_LOG", "info")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd.spawn().expect("spawn inbound-web");
+        let stderr = child.stderr.take().expect("piped stderr");
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        {
+            let log = log.clone();
+            std::thread::spawn(move || {
+                let mut tx = Some(tx);
+                for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                    if let Some(rest) = line.split("listening on http://").nth(1)
+                        && let Some(t) = tx.take()
+                    {
+                        let _ = t.send(rest.trim().to_owned());
+                    }
+                    let mut l = log.lock().expect("log lock");
+                    l.push_str(&line);
+                    l.push('\n');
+                }
+            });
+        }
+        let addr = match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => a,
+            Err(_) => {
+                let _ = child.kill();
+                panic!(
+                    "inbound-web did not start; stderr:\n{}",
+                    log.lock().expect("log lock")
+                );
+            }
+        };
+        App {
+            child: Some(child),
+            addr,
+            stderr: log,
+            _dir: dir,
+        }
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.as_ref().map(Child::id).expect("running")
+    }
+
+    pub fn log(&self) -> String {
+        self.stderr.lock().expect("log lock").clone()
+    }
+
+    /// Sends SIGTERM and waits (at most 10 s) for the exit status.
+    pub fn terminate(&mut self) -> ExitStatus {
+        let mut child = self.child.take().expect("running");
+        let _ = Command::new("kill")
+            .args(["-TERM", &child.id().to_string()])
+            .status();
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Some(status) = child.try_wait().expect("wait") {
+                return status;
+            }
+            if Instant::now() > deadline {
+                let _ = child.kill();
+                panic!("inbound-web did not exit within 10 s of SIGTERM");
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for App {
+    fn drop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+}
+
+/// Runs the binary to completion with `args` and `config` (and a clean `APP_` environment).
+pub fn run(config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = dir.path().join("app.toml");
+    std::fs::write(&path, config).expect("write config");
+    let mut cmd = Command::new(BIN);
+    cmd.arg("--config")
+        .arg(&path)
+        .args(args)
+        .stdin(Stdio::null());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run inbound-web")
+}
+
+/// A JSON POST of `/v1/evaluate`: (status, retry-after, body).
+pub async fn evaluate(
+    client: &reqwest::Client,
+    app: &App,
+    body: &str,
+) -> (u16, Option<String>, serde_json::Value) {
+    let r = client
+        .post(app.url("/v1/evaluate"))
+        .header("content-type", "application/json")
+        .body(body.to_owned())
+        .send()
+        .await
+        .expect("POST /v1/evaluate");
+    let status = r.status().as_u16();
+    let retry = r
+        .headers()
+        .get("retry-after")
+        .map(|v| v.to_str().expect("ascii").to_owned());
+    let text = r.text().await.expect("body");
+    let json = serde_json::from_str(&text).unwrap_or_else(|e| panic!("not JSON ({e}): {text}"));
+    (status, retry, json)
+}
+
+/// The keys of a JSON object, sorted.
+pub fn keys(v: &serde_json::Value) -> Vec<String> {
+    let mut k: Vec<String> = v
+        .as_object()
+        .expect("a JSON object")
+        .keys()
+        .cloned()
+        .collect();
+    k.sort();
+    k
+}
+
+/// One member of an RFC 8941 List whose items are strings with integer parameters.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Member {
+    pub item: String,
+    pub params: Vec<(String, i64)>,
+}
+
+impl Member {
+    pub fn param(&self, key: &str) -> Option<i64> {
+        self.params.iter().find(|(k, _)| k == key).map(|(_, v)| *v)
+    }
+}
+
+/// Parses an RFC 8941 List of sf-string items with integer parameters, strictly (section
+/// 4.2: no leading/trailing junk, keys `lcalpha / "*"` then `lcalpha / DIGIT / "_" / "-" /
+/// "." / "*"`, integers of at most 15 digits).
+pub fn parse_sf_list(input: &str) -> Result<Vec<Member>, String> {
+    let b = input.as_bytes();
+    let mut i = 0;
+    let mut out = Vec::new();
+    let sp = |i: &mut usize| {
+        while *i < b.len() && (b[*i] == b' ' || b[*i] == b'\t') {
+            *i += 1;
+        }
+    };
+    while i < b.len() && b[i] == b' ' {
+        i += 1;
+    }
+    if i == b.len() {
+        return Ok(out);
+    }
+    loop {
+        // sf-string
+        if b.get(i) != Some(&b'"') {
+            return Err(format!("expected '\"' at {i} in {input:?}"));
+        }
+        i += 1;
+        let mut item = String::new();
+        loop {
+            match b.get(i) {
+                None => return Err(format!("unterminated string in {input:?}")),
+                Some(b'\\') => {
+                    match b.get(i + 1) {
+                        Some(c @ (b'"' | b'\\')) => item.push(*c as char),
+                        _ => return Err(format!("bad escape in {input:?}")),
+                    }
+                    i += 2;
+                }
+                Some(b'"') => {
+                    i += 1;
+                    break;
+                }
+                Some(c) if (0x20..=0x7e).contains(c) => {
+                    item.push(*c as char);
+                    i += 1;
+                }
+                Some(_) => return Err(format!("non-printable in string in {input:?}")),
+            }
+        }
+        let mut params = Vec::new();
+        while b.get(i) == Some(&b';') {
+            i += 1;
+            sp(&mut i);
+            let start = i;
+            match b.get(i) {
+                Some(c) if c.is_ascii_lowercase() || *c == b'*' => i += 1,
+                _ => return Err(format!("bad parameter key at {i} in {input:?}")),
+            }
+            while let Some(c) = b.get(i) {
+                if c.is_ascii_lowercase() || c.is_ascii_digit() || b"_-.*".contains(c) {
+                    i += 1;
+                } else {
+                    break;
+                }
+            }
+            let key = input[start..i].to_owned();
+            if b.get(i) != Some(&b'=') {
+                return Err(format!("parameter {key} has no integer value in {input:?}"));
+            }
+            i += 1;
+            let vstart = i;
+            if b.get(i) == Some(&b'-') {
+                i += 1;
+            }
+            let dstart = i;
+            while b.get(i).is_some_and(u8::is_ascii_digit) {
+                i += 1;
+            }
+            if i == dstart || i - dstart > 15 {
+                return Err(format!("parameter {key} is not an sf-integer in {input:?}"));
+            }
+            let v: i64 = input[vstart..i].parse().map_err(|e| format!("{e}"))?;
+            params.push((key, v));
+        }
+        out.push(Member { item, params });
+        sp(&mut i);
+        if i == b.len() {
+            return Ok(out);
+        }
+        if b[i] != b',' {
+            return Err(format!("expected ',' at {i} in {input:?}"));
+        }
+        i += 1;
+        sp(&mut i);
+        if i == b.len() {
+            return Err(format!("trailing comma in {input:?}"));
+        }
+    }
+}
+
+#[test]
+fn sf_list_parser_is_strict() {
+    assert_eq!(
+        parse_sf_list("\"api\";q=100;w=60, \"b\";r=0").expect("valid"),
+        vec![
+            Member {
+                item: "api".into(),
+                params: vec![("q".into(), 100), ("w".into(), 60)]
+            },
+            Member {
+                item: "b".into(),
+                params: vec![("r".into(), 0)]
+            },
+        ]
+    );
+    for bad in [
+        "api;q=1",
+        "\"api\";Q=1",
+        "\"api\";q=1.5",
+        "\"api\",",
+        "\"api\" x",
+        "\"api\";q=",
+    ] {
+        assert!(parse_sf_list(bad).is_err(), "{bad}");
+    }
+}

@@ -1,0 +1,399 @@
+//! End-to-end tests of the real binary with the local provider: `/v1/evaluate` JSON and
+//! status codes exactly as interface.md, the middleware's draft-11 headers (parsed as RFC 8941
+//! Lists), problem+json, disabled mode, `--check`, exit codes, graceful shutdown.
+
+mod common;
+
+use common::{App, evaluate, keys, parse_sf_list};
+
+const LOCAL: &str = r#"
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "api"
+
+[rate_limit.policies.api]
+algorithm = "token_bucket"
+capacity = 3
+refill_amount = 1
+refill_interval = "1h"
+max_cost = 2
+
+[rate_limit.policies.win]
+algorithm = "fixed_window"
+limit = 2
+window = "1h"
+
+[[routes]]
+path_prefix = "/api"
+policy = "api"
+subject = "header:x-api-key"
+
+[[routes]]
+path_prefix = "/win"
+policy = "win"
+subject = "ip"
+"#;
+
+const EVALUATED_KEYS: [&str; 11] = [
+    "allowed",
+    "certainty",
+    "limit",
+    "outcome",
+    "policy",
+    "remaining",
+    "reset_at_ms",
+    "retry_after_ms",
+    "revision",
+    "source",
+    "outcome",
+];
+
+fn evaluated_keys() -> Vec<String> {
+    let mut k: Vec<String> = EVALUATED_KEYS[..10].iter().map(|s| s.to_string()).collect();
+    k.sort();
+    k
+}
+
+#[tokio::test]
+async fn evaluate_answers_exactly_as_the_interface_says() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    let before = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_millis() as u64;
+
+    let (status, retry, v) =
+        evaluate(&c, &app, r#"{"policy":"api","subject":"user-42","cost":1}"#).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(retry, None);
+    assert_eq!(keys(&v), evaluated_keys(), "{v}");
+    assert_eq!(v["outcome"], "evaluated");
+    assert_eq!(v["allowed"], true);
+    assert_eq!(v["limit"], 3);
+    assert_eq!(v["remaining"], 2);
+    assert_eq!(v["retry_after_ms"], 0);
+    assert_eq!(v["policy"], "api");
+    assert_eq!(v["revision"], 1);
+    assert_eq!(v["source"], "local");
+    assert_eq!(v["certainty"], "certain");
+    let reset = v["reset_at_ms"]
+        .as_u64()
+        .expect("reset_at_ms is an integer");
+    assert!(reset >= before, "reset_at_ms is Unix epoch ms: {reset}");
+
+    // Defaults: policy = default_policy, cost = 1.
+    let (status, _, v) = evaluate(&c, &app, r#"{"subject":"user-42"}"#).await;
+    assert_eq!(
+        (status, v["policy"].clone(), v["remaining"].clone()),
+        (200, "api".into(), 1.into())
+    );
+
+    // Bad input: 400 problem+json, and nothing is consumed.
+    for (body, error) in [
+        (r#"{"policy":"nope","subject":"user-42"}"#, "unknown_policy"),
+        (
+            r#"{"policy":"api","subject":"user-42","cost":0}"#,
+            "invalid_cost",
+        ),
+        (
+            r#"{"policy":"api","subject":"user-42","cost":-1}"#,
+            "invalid_cost",
+        ),
+        (
+            r#"{"policy":"api","subject":"user-42","cost":3}"#,
+            "invalid_cost",
+        ),
+        (r#"{"policy":"api","subject":"user-42""#, "malformed_json"),
+        (
+            r#"{"policy":"api","subject":"user-42","cost":1.5}"#,
+            "malformed_json",
+        ),
+    ] {
+        let r = c
+            .post(app.url("/v1/evaluate"))
+            .body(body)
+            .send()
+            .await
+            .expect("POST");
+        assert_eq!(r.status().as_u16(), 400, "{body}");
+        assert_eq!(
+            r.headers()["content-type"].to_str().expect("ascii"),
+            "application/problem+json"
+        );
+        let v: serde_json::Value = r.json().await.expect("problem JSON");
+        assert_eq!(v["status"], 400);
+        assert_eq!(v["error"], error, "{body}: {v}");
+    }
+    let long = "x".repeat(257);
+    let (status, _, v) = evaluate(&c, &app, &format!(r#"{{"subject":"{long}"}}"#)).await;
+    assert_eq!(
+        (status, v["error"].clone()),
+        (400, "subject_too_long".into())
+    );
+    let ok256 = "y".repeat(256);
+    let (status, _, _) = evaluate(&c, &app, &format!(r#"{{"subject":"{ok256}"}}"#)).await;
+    assert_eq!(status, 200, "256 bytes is the limit, not beyond it");
+
+    // Still exactly one left for user-42: none of the 400s consumed anything.
+    let (status, _, v) = evaluate(&c, &app, r#"{"subject":"user-42"}"#).await;
+    assert_eq!((status, v["remaining"].clone()), (200, 0.into()), "{v}");
+
+    // Denied: 429, same JSON shape, Retry-After in whole seconds rounded up.
+    let (status, retry, v) = evaluate(&c, &app, r#"{"subject":"user-42"}"#).await;
+    assert_eq!(status, 429, "{v}");
+    assert_eq!(keys(&v), evaluated_keys());
+    assert_eq!(v["allowed"], false);
+    assert_eq!(v["remaining"], 0);
+    let retry_ms = v["retry_after_ms"].as_u64().expect("integer");
+    assert!(retry_ms > 0);
+    let retry: u64 = retry
+        .expect("Retry-After on 429")
+        .parse()
+        .expect("whole seconds");
+    assert_eq!(retry, retry_ms.div_ceil(1000));
+
+    // Another subject has its own quota.
+    let (status, _, _) = evaluate(&c, &app, r#"{"subject":"user-43"}"#).await;
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn middleware_sends_draft_11_headers_and_quota_exceeded_problems() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    let get = |path: &str, key: Option<&str>| {
+        let mut r = c.get(app.url(path));
+        if let Some(k) = key {
+            r = r.header("x-api-key", k);
+        }
+        r.send()
+    };
+    for expected_r in [2, 1, 0] {
+        let r = get("/api/hello", Some("k1")).await.expect("GET");
+        assert_eq!(r.status().as_u16(), 200);
+        let policy = parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii"))
+            .expect("RateLimit-Policy is an RFC 8941 List");
+        assert_eq!(policy.len(), 1);
+        assert_eq!(policy[0].item, "api");
+        assert_eq!(policy[0].param("q"), Some(3));
+        // Token bucket: capacity per full refill time (3 tokens at 1 per hour = 3 h).
+        assert_eq!(policy[0].param("w"), Some(3 * 3600));
+        let limit = parse_sf_list(r.headers()["ratelimit"].to_str().expect("ascii"))
+            .expect("RateLimit is an RFC 8941 List");
+        assert_eq!(limit[0].item, "api");
+        assert_eq!(limit[0].param("r"), Some(expected_r));
+        let t = limit[0].param("t").expect("t");
+        assert!((0..=3 * 3600).contains(&t), "t = {t}");
+        assert!(r.headers().get("retry-after").is_none());
+        let body: serde_json::Value = r.json().await.expect("JSON");
+        assert_eq!(body, serde_json::json!({"ok": true}));
+    }
+    let r = get("/api/hello", Some("k1")).await.expect("GET");
+    assert_eq!(r.status().as_u16(), 429);
+    assert_eq!(r.headers()["content-type"], "application/problem+json");
+    let retry: u64 = r.headers()["retry-after"]
+        .to_str()
+        .expect("ascii")
+        .parse()
+        .expect("Retry-After is whole seconds");
+    assert!((1..=3600).contains(&retry), "{retry}");
+    parse_sf_list(r.headers()["ratelimit"].to_str().expect("ascii")).expect("RateLimit on 429");
+    parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii"))
+        .expect("RateLimit-Policy on 429");
+    let body: serde_json::Value = r.json().await.expect("problem JSON");
+    assert_eq!(
+        body["type"],
+        "https://iana.org/assignments/http-problem-types#quota-exceeded"
+    );
+    assert_eq!(body["status"], 429);
+    assert_eq!(body["violated-policies"], serde_json::json!(["api"]));
+
+    // Other keys are limited separately; requests without the header share one quota.
+    assert_eq!(
+        get("/api/x", Some("k2"))
+            .await
+            .expect("GET")
+            .status()
+            .as_u16(),
+        200
+    );
+    for _ in 0..3 {
+        assert_eq!(
+            get("/api/x", None).await.expect("GET").status().as_u16(),
+            200
+        );
+    }
+    assert_eq!(
+        get("/api/x", None).await.expect("GET").status().as_u16(),
+        429
+    );
+
+    // `ip` subject and a fixed window: w is the window.
+    for _ in 0..2 {
+        let r = get("/win", None).await.expect("GET");
+        assert_eq!(r.status().as_u16(), 200);
+        let p =
+            parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii")).expect("list");
+        assert_eq!((p[0].param("q"), p[0].param("w")), (Some(2), Some(3600)));
+    }
+    assert_eq!(
+        get("/win/deeper", None)
+            .await
+            .expect("GET")
+            .status()
+            .as_u16(),
+        429
+    );
+
+    // Unlimited paths carry no headers; unknown paths are 404.
+    let r = c.get(app.url("/healthz")).send().await.expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(r.headers().get("ratelimit").is_none());
+    assert_eq!(
+        c.get(app.url("/apix"))
+            .send()
+            .await
+            .expect("GET")
+            .status()
+            .as_u16(),
+        404
+    );
+
+    // Metrics count the decisions by policy and outcome.
+    let text = c
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET")
+        .text()
+        .await
+        .expect("text");
+    assert!(
+        text.lines()
+            .any(|l| l.starts_with("rate_limit_decisions_total")
+                && l.contains("policy=\"api\"")
+                && l.contains("outcome=\"denied\"")
+                && !l.ends_with(" 0")),
+        "{text}"
+    );
+    assert!(
+        text.contains("rate_limit_evaluation_duration_seconds_bucket"),
+        "{text}"
+    );
+    let r = c.get(app.url("/readyz")).send().await.expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn disabled_by_default_passes_everything_and_evaluate_says_so() {
+    let app = App::start(
+        "[[routes]]\npath_prefix = \"/api\"\nsubject = \"ip\"\n",
+        &[],
+    );
+    let c = reqwest::Client::new();
+    let (status, _, v) = evaluate(&c, &app, r#"{"subject":"user-42"}"#).await;
+    assert_eq!(status, 503);
+    assert_eq!(v, serde_json::json!({"error": "rate_limit_disabled"}));
+    for _ in 0..20 {
+        let r = c.get(app.url("/api/x")).send().await.expect("GET");
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(r.headers().get("ratelimit").is_none());
+    }
+    assert!(
+        app.log().contains("rate limiting disabled"),
+        "{}",
+        app.log()
+    );
+}
+
+#[test]
+fn sigterm_drains_and_exits_zero() {
+    let mut app = App::start(LOCAL, &[]);
+    let status = app.terminate();
+    assert!(status.success(), "{status:?}\n{}", app.log());
+}
+
+#[test]
+fn invalid_configuration_exits_2_with_one_line_per_problem() {
+    let out = common::run(
+        "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"api\"\n\n[rate_limit.policies.api]\nalgorithm = \"token_bucket\"\ncapacity = 0\nrefill_amount = 1\nrefill_interval = \"1s\"\nwindow = \"1s\"\n",
+        &[],
+        &[],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("rate_limit."))
+        .collect();
+    assert!(
+        lines.contains(&"rate_limit.policies.api.capacity: must be >= 1, got 0"),
+        "{stderr}"
+    );
+    assert!(
+        lines
+            .iter()
+            .any(|l| l.starts_with("rate_limit.policies.api.window:")),
+        "{stderr}"
+    );
+    // Same through --check, and an environment override is validated like a file key.
+    let out = common::run(
+        "",
+        &["--check"],
+        &[
+            ("APP_RATE_LIMIT__ENABLED", "true"),
+            ("APP_RATE_LIMIT__PROVIDER", "memcached"),
+        ],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l.starts_with("rate_limit.provider: ")),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn check_prints_effective_settings_with_secrets_redacted() {
+    let config = format!(
+        "[rate_limit]\nenabled = true\nprovider = \"redis\"\ndefault_policy = \"api\"\nsubject_secret = \"{}\"\n\n[rate_limit.redis]\nrole = \"coordination\"\nurl = \"redis://limiter:pw-do-not-print@127.0.0.1:6379/0\"\n\n[rate_limit.policies.api]\nalgorithm = \"gcra\"\nlimit = 10\nperiod = \"1s\"\nburst = 5\n",
+        common::SECRET
+    );
+    let out = common::run(&config, &["--check"], &[]);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let all = format!("{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(!all.contains(common::SECRET), "{all}");
+    assert!(!all.contains("pw-do-not-print"), "{all}");
+    assert!(stdout.contains("<redacted>"), "{stdout}");
+    assert!(
+        stdout.contains("command_timeout = \"50ms\""),
+        "defaults are filled in: {stdout}"
+    );
+    assert!(stdout.contains("[rate_limit.policies.api]"), "{stdout}");
+    // An environment secret is redacted the same way.
+    let out = common::run(
+        &config.replace(&format!("subject_secret = \"{}\"\n", common::SECRET), ""),
+        &["--check"],
+        &[(
+            "APP_RATE_LIMIT__SUBJECT_SECRET",
+            "env-secret-env-secret-env-secret-42",
+        )],
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("env-secret"));
+}
