@@ -200,7 +200,10 @@ fn eid(s: &str) -> EventId {
 /// The seed's receipts, scaled to ms; a publisher runs just before each receipt and at the
 /// end, as in docs/event-gates.md. Returns the answers' (clock, kind, conflicts_with) and the
 /// stream.
-fn seed_run(mode: GateMode) -> (Vec<(u64, &'static str, String)>, Vec<StatusUpdate>, Lua) {
+/// One answer of a seed run: clock, kind, and the event it names.
+type Answer = (u64, &'static str, String);
+
+fn seed_run(mode: GateMode) -> (Vec<Answer>, Vec<StatusUpdate>, Lua) {
     let mut lua = Lua::new(gate(&format!("seed-{}", mode.as_str()), mode, 300));
     let receipts = [
         (100, "apple", "e1"),

@@ -1,0 +1,849 @@
+//! The event-gate providers through the port, written once and run on both (local with a
+//! manual clock, Redis with real time and its background publisher), plus what only several
+//! Redis instances can show.
+//!
+//! - The seed's two examples, scaled to milliseconds (duration 300 ms, receipts at 100, 200,
+//!   300, 400, 700 ms): the answers and the fates. On Redis time is the server's, so the
+//!   receipts follow real sleeps from a start; the boundary receipt (exactly one duration
+//!   after the previous one) gets a 30 ms margin there, because a sleep cannot land on an
+//!   exact millisecond. The exact boundary and the exact clock table are shown on the local
+//!   provider here and on the Redis programs in `gate_lua.rs`.
+//! - A subscriber that takes a snapshot and applies `updates_after` rebuilds the gate's
+//!   incubating set (checked against the snapshot endpoint once the gate is quiet).
+//! - Local: a property test of random sequences through the port against the model with the
+//!   provider's lazy publication; a waiting subscriber is woken by a submission.
+//! - Redis: two instances on one server see the same updates in the same clock order; every
+//!   submitted event ends published or invalidated exactly once after one instance is killed
+//!   mid-stream; memory stays bounded under a steady rate with retention; failures are honest.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::num::NonZeroUsize;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use acceptance_tests::redis_server::RedisServer;
+use adapter_local::{LocalGateProvider, LocalGateSettings};
+use adapter_redis::{RedisGateProvider, RedisGateSettings, RedisSettings};
+use proptest::prelude::*;
+use proptest::test_runner::{Config, TestCaseError, TestRunner};
+use shared_contract::gate::{
+    EventGatePort, EventId, EventKey, EventStatus, GateClock, GateId, GateMode, GateOutcome,
+    GateRequestError, GateSet, GateSettings, GateSpec, GateState, Replica, StatusUpdate,
+    SubmitOutcome, SubmitRequest, UpdateBatch,
+};
+use shared_contract::{Deadline, ManualClock};
+
+fn deadline() -> Deadline {
+    Deadline::within(Duration::from_secs(5)).expect("valid deadline")
+}
+
+fn nz(n: usize) -> NonZeroUsize {
+    NonZeroUsize::new(n).expect("non-zero")
+}
+
+fn gid(s: &str) -> GateId {
+    GateId::new(s).expect("valid gate id")
+}
+
+fn key(s: &str) -> EventKey {
+    EventKey::new(s).expect("valid key")
+}
+
+fn eid(s: &str) -> EventId {
+    EventId::new(s).expect("valid id")
+}
+
+fn settings(id: &str, mode: GateMode, duration_ms: u64, retention_ms: u64) -> GateSettings {
+    let mut spec = GateSpec::new(gid(id), mode, Duration::from_millis(duration_ms));
+    spec.retention = Duration::from_millis(retention_ms);
+    GateSettings::new(spec).expect("valid gate")
+}
+
+fn unique(tag: &str) -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static N: AtomicU64 = AtomicU64::new(0);
+    let pid = std::process::id();
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    format!("{tag}-{pid}-{nanos}-{}", N.fetch_add(1, Ordering::Relaxed))
+}
+
+/// A provider under test and how time moves for it.
+enum Target {
+    Local {
+        port: Arc<LocalGateProvider>,
+        clock: ManualClock,
+        base: u64,
+    },
+    Redis {
+        port: Arc<RedisGateProvider>,
+        start: Instant,
+    },
+}
+
+impl Target {
+    fn port(&self) -> Arc<dyn EventGatePort> {
+        match self {
+            Target::Local { port, .. } => port.clone(),
+            Target::Redis { port, .. } => port.clone(),
+        }
+    }
+
+    fn is_redis(&self) -> bool {
+        matches!(self, Target::Redis { .. })
+    }
+
+    /// Moves to `ms` after the start: sets the manual clock, or sleeps in real time.
+    async fn at(&self, ms: u64) {
+        match self {
+            Target::Local { clock, base, .. } => clock.set(base + ms),
+            Target::Redis { start, .. } => {
+                let when = *start + Duration::from_millis(ms);
+                tokio::time::sleep(when.saturating_duration_since(Instant::now())).await;
+            }
+        }
+    }
+}
+
+fn local(gates: Vec<GateSettings>) -> Target {
+    let clock = ManualClock::new(1_000_000);
+    let port = LocalGateProvider::with_settings(
+        GateSet::new(gates).expect("distinct gates"),
+        Arc::new(clock.clone()),
+        LocalGateSettings::default(),
+    );
+    Target::Local {
+        port: Arc::new(port),
+        clock,
+        base: 1_000_000,
+    }
+}
+
+fn redis_settings(url: &str) -> RedisSettings {
+    let mut s = RedisSettings::new(url);
+    // The machine is shared; generous timeouts keep the tests about semantics.
+    s.command_timeout = Duration::from_secs(1);
+    s.key_prefix = "gt".to_owned();
+    s
+}
+
+async fn redis_provider(
+    url: &str,
+    gates: Vec<GateSettings>,
+    gs: RedisGateSettings,
+) -> RedisGateProvider {
+    RedisGateProvider::connect(
+        redis_settings(url),
+        GateSet::new(gates).expect("distinct gates"),
+        gs,
+    )
+    .await
+    .expect("valid settings")
+}
+
+async fn redis(gates: Vec<GateSettings>) -> Target {
+    let port = redis_provider(
+        RedisServer::shared().url(),
+        gates,
+        RedisGateSettings::default(),
+    )
+    .await;
+    Target::Redis {
+        port: Arc::new(port),
+        start: Instant::now(),
+    }
+}
+
+async fn submit(port: &dyn EventGatePort, gate: &GateId, k: &str, id: &str) -> SubmitOutcome {
+    let r = port
+        .submit(SubmitRequest {
+            gate: gate.clone(),
+            key: key(k),
+            id: eid(id),
+            deadline: deadline(),
+        })
+        .await
+        .expect("known gate");
+    match r {
+        GateOutcome::Evaluated(o) => o,
+        other => panic!("submit {id}: {other:?}"),
+    }
+}
+
+async fn status(port: &dyn EventGatePort, gate: &GateId, id: &str) -> Option<EventStatus> {
+    match port
+        .event(gate, &eid(id), deadline())
+        .await
+        .expect("known gate")
+    {
+        GateOutcome::Evaluated(r) => r.map(|r| r.status),
+        other => panic!("event {id}: {other:?}"),
+    }
+}
+
+/// Every update after `after` that is there now (no waiting past the first empty answer).
+async fn drain(port: &dyn EventGatePort, gate: &GateId, after: GateClock) -> Vec<StatusUpdate> {
+    let mut out: Vec<StatusUpdate> = Vec::new();
+    loop {
+        let cursor = out.last().map_or(after, |u| u.clock);
+        let short = Deadline::within(Duration::from_millis(1100)).expect("deadline");
+        match port
+            .updates_after(gate, cursor, nz(500), short)
+            .await
+            .expect("known gate")
+        {
+            GateOutcome::Evaluated(UpdateBatch::Updates(u)) if u.is_empty() => return out,
+            GateOutcome::Evaluated(UpdateBatch::Updates(u)) => out.extend(u),
+            other => panic!("updates after {cursor}: {other:?}"),
+        }
+    }
+}
+
+/// Waits (real time, bounded) until `id` is terminal.
+async fn until_terminal(target: &Target, gate: &GateId, id: &str, at_ms: u64) -> EventStatus {
+    target.at(at_ms).await;
+    let port = target.port();
+    let give_up = Instant::now() + Duration::from_secs(5);
+    loop {
+        match status(&*port, gate, id).await {
+            Some(s) if s.is_terminal() => return s,
+            _ if Instant::now() > give_up => panic!("{id} never became terminal"),
+            _ => tokio::time::sleep(Duration::from_millis(10)).await,
+        }
+    }
+}
+
+fn kind(o: &SubmitOutcome) -> (&'static str, String) {
+    match o {
+        SubmitOutcome::Submitted { .. } => ("submitted", String::new()),
+        SubmitOutcome::Rejected { conflicts_with, .. } => ("rejected", conflicts_with.to_string()),
+        SubmitOutcome::Duplicate(r) => ("duplicate", r.id.to_string()),
+    }
+}
+
+async fn seed_example(target: Target, mode: GateMode, gate: GateId) {
+    let port = target.port();
+    // The boundary receipt: exact on the manual clock, with a margin in real time.
+    let boundary = if target.is_redis() { 730 } else { 700 };
+    let receipts = [
+        (100, "apple", "e1"),
+        (200, "taco", "e2"),
+        (300, "taco", "e3"),
+        (400, "taco", "e4"),
+        (boundary, "taco", "e7"),
+    ];
+    let mut answers = Vec::new();
+    for (t, k, id) in receipts {
+        target.at(t).await;
+        answers.push(kind(&submit(&*port, &gate, k, id).await));
+    }
+    let s = |a: &str| a.to_owned();
+    let expected_answers = match mode {
+        GateMode::OnlyOnce => vec![
+            ("submitted", s("")),
+            ("submitted", s("")),
+            ("rejected", s("e2")),
+            ("rejected", s("e2")),
+            ("submitted", s("")),
+        ],
+        GateMode::StrictlyOnce => vec![
+            ("submitted", s("")),
+            ("submitted", s("")),
+            ("rejected", s("e2")),
+            ("rejected", s("e3")),
+            ("submitted", s("")),
+        ],
+    };
+    assert_eq!(answers, expected_answers, "{mode}");
+    assert_eq!(
+        until_terminal(&target, &gate, "e7", boundary + 300).await,
+        EventStatus::Published
+    );
+    let fates: Vec<Option<EventStatus>> = {
+        let mut v = Vec::new();
+        for id in ["e1", "e2", "e3", "e4", "e7"] {
+            v.push(status(&*port, &gate, id).await);
+        }
+        v
+    };
+    use EventStatus::*;
+    let expected_fates = match mode {
+        GateMode::OnlyOnce => vec![
+            Some(Published),
+            Some(Published),
+            None,
+            None,
+            Some(Published),
+        ],
+        GateMode::StrictlyOnce => vec![
+            Some(Published),
+            Some(Invalidated),
+            None,
+            None,
+            Some(Published),
+        ],
+    };
+    assert_eq!(fates, expected_fates, "{mode}");
+    let updates = drain(&*port, &gate, GateClock::ZERO).await;
+    assert!(updates.windows(2).all(|w| w[0].clock < w[1].clock));
+    let got: Vec<(String, EventStatus)> = updates
+        .iter()
+        .map(|u| (u.id.to_string(), u.status))
+        .collect();
+    let mut expected: Vec<(String, EventStatus)> = match mode {
+        GateMode::OnlyOnce => vec![
+            (s("e1"), Submitted),
+            (s("e2"), Submitted),
+            (s("e1"), Published),
+            (s("e2"), Published),
+            (s("e7"), Submitted),
+            (s("e7"), Published),
+        ],
+        GateMode::StrictlyOnce => vec![
+            (s("e1"), Submitted),
+            (s("e2"), Submitted),
+            (s("e2"), Invalidated),
+            (s("e1"), Published),
+            (s("e7"), Submitted),
+            (s("e7"), Published),
+        ],
+    };
+    if target.is_redis() {
+        // The background publisher's timing decides how publications interleave with
+        // receipts; the set of changes is fixed.
+        let mut g = got.clone();
+        g.sort();
+        expected.sort();
+        assert_eq!(g, expected, "{mode}");
+    } else {
+        assert_eq!(got, expected, "{mode}");
+        // Lazy publication before each receipt gives exactly docs/event-gates.md's clocks.
+        let clocks: Vec<u64> = updates.iter().map(|u| u.clock.get()).collect();
+        let want = match mode {
+            GateMode::OnlyOnce => vec![1, 2, 4, 6, 7, 8],
+            GateMode::StrictlyOnce => vec![1, 2, 3, 5, 7, 8],
+        };
+        assert_eq!(clocks, want, "{mode}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_examples_pass_on_the_local_provider() {
+    for mode in GateMode::ALL {
+        let g = settings(&unique("seed"), mode, 300, 60_000);
+        let id = g.id().clone();
+        seed_example(local(vec![g]), mode, id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn seed_examples_pass_on_the_redis_provider() {
+    let a = settings(&unique("seed-a"), GateMode::OnlyOnce, 300, 60_000);
+    let b = settings(&unique("seed-b"), GateMode::StrictlyOnce, 300, 60_000);
+    let (ia, ib) = (a.id().clone(), b.id().clone());
+    // Both modes at once, on one provider (one publisher per gate).
+    let target = redis(vec![a, b]).await;
+    let Target::Redis { port, start } = &target else {
+        unreachable!()
+    };
+    let (port, start) = (port.clone(), *start);
+    let other = Target::Redis {
+        port: port.clone(),
+        start,
+    };
+    tokio::join!(
+        seed_example(target, GateMode::OnlyOnce, ia),
+        seed_example(other, GateMode::StrictlyOnce, ib)
+    );
+    port.shutdown().await;
+}
+
+/// Random receipts on a few keys over ~1.5 s while a subscriber follows with a [`Replica`];
+/// once everything is terminal the replica must equal the gate's snapshot (empty), and while
+/// events incubate a snapshot-then-deltas replica must agree with a fresh snapshot.
+async fn replica_follows(target: Target, gate: GateId) {
+    let port = target.port();
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let follower = {
+        let (port, gate, stop) = (port.clone(), gate.clone(), stop.clone());
+        tokio::spawn(async move {
+            let mut replica = match port.snapshot(&gate, deadline()).await.expect("known gate") {
+                GateOutcome::Evaluated(s) => Replica::from_snapshot(s),
+                other => panic!("snapshot: {other:?}"),
+            };
+            let mut seen = 0usize;
+            let from = replica.clock();
+            loop {
+                let d = Deadline::within(Duration::from_millis(1200)).expect("deadline");
+                match port
+                    .updates_after(&gate, replica.clock(), nz(64), d)
+                    .await
+                    .expect("known gate")
+                {
+                    GateOutcome::Evaluated(UpdateBatch::Updates(u)) => {
+                        if u.is_empty() && stop.load(std::sync::atomic::Ordering::SeqCst) {
+                            return (replica, seen, from);
+                        }
+                        for up in &u {
+                            replica.apply(up).expect("updates fit the replica");
+                        }
+                        seen += u.len();
+                    }
+                    other => panic!("updates: {other:?}"),
+                }
+            }
+        })
+    };
+    let mut t = 0;
+    for i in 0..40u64 {
+        t += 10 + (i * 7) % 30;
+        target.at(t).await;
+        submit(&*port, &gate, &format!("k{}", i % 5), &format!("e{i}")).await;
+        if i == 20 {
+            // Mid-run: a replica from a snapshot plus deltas agrees with a later snapshot.
+            let snap = match port.snapshot(&gate, deadline()).await.expect("known gate") {
+                GateOutcome::Evaluated(s) => s,
+                other => panic!("{other:?}"),
+            };
+            let mut r = Replica::from_snapshot(snap.clone());
+            for u in drain(&*port, &gate, snap.clock).await {
+                r.apply(&u).expect("deltas fit the snapshot");
+            }
+            let later = match port.snapshot(&gate, deadline()).await.expect("known gate") {
+                GateOutcome::Evaluated(s) => s,
+                other => panic!("{other:?}"),
+            };
+            if later.clock == r.clock() {
+                assert_eq!(r.snapshot(), later);
+            }
+        }
+    }
+    target.at(t + 400).await;
+    // Everything is due; the local provider publishes on this call, Redis has its publisher.
+    let give_up = Instant::now() + Duration::from_secs(5);
+    let fin = loop {
+        let s = match port.snapshot(&gate, deadline()).await.expect("known gate") {
+            GateOutcome::Evaluated(s) => s,
+            other => panic!("{other:?}"),
+        };
+        if s.incubating.is_empty() {
+            break s;
+        }
+        assert!(Instant::now() < give_up, "events still incubating: {s:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    };
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    let (replica, seen, from) = follower.await.expect("the follower ends");
+    let all = drain(&*port, &gate, GateClock::ZERO).await;
+    assert!(all.len() > 40, "{} updates", all.len());
+    // The follower saw every update after the snapshot it started from.
+    assert_eq!(seen, all.iter().filter(|u| u.clock > from).count());
+    assert_eq!(replica.snapshot(), fin);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_rebuilt_from_updates_matches_the_snapshot_locally() {
+    for mode in GateMode::ALL {
+        let g = settings(&unique("rep"), mode, 120, 60_000);
+        let id = g.id().clone();
+        replica_follows(local(vec![g]), id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_rebuilt_from_updates_matches_the_snapshot_on_redis() {
+    for mode in GateMode::ALL {
+        let g = settings(&unique("rep"), mode, 120, 60_000);
+        let id = g.id().clone();
+        replica_follows(redis(vec![g]).await, id).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_gates_are_refused_by_both_providers() {
+    let g = settings(&unique("known"), GateMode::OnlyOnce, 100, 1000);
+    for target in [local(vec![g.clone()]), redis(vec![g.clone()]).await] {
+        let port = target.port();
+        let unknown = gid("no-such-gate");
+        let r = port
+            .submit(SubmitRequest {
+                gate: unknown.clone(),
+                key: key("k"),
+                id: eid("e"),
+                deadline: deadline(),
+            })
+            .await;
+        assert_eq!(r, Err(GateRequestError::UnknownGate(unknown.clone())));
+        assert!(port.snapshot(&unknown, deadline()).await.is_err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiting_local_subscriber_is_woken_by_a_submission() {
+    let g = settings(&unique("wake"), GateMode::OnlyOnce, 100, 1000);
+    let id = g.id().clone();
+    let target = local(vec![g]);
+    let port = target.port();
+    let waiter = {
+        let (port, id) = (port.clone(), id.clone());
+        tokio::spawn(async move {
+            let started = Instant::now();
+            let d = Deadline::within(Duration::from_secs(10)).expect("deadline");
+            let r = port.updates_after(&id, GateClock::ZERO, nz(10), d).await;
+            (r, started.elapsed())
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    submit(&*port, &id, "k", "e1").await;
+    let (r, waited) = waiter.await.expect("the waiter ends");
+    match r {
+        Ok(GateOutcome::Evaluated(UpdateBatch::Updates(u))) => assert_eq!(u.len(), 1),
+        other => panic!("{other:?}"),
+    }
+    assert!(waited < Duration::from_secs(3), "woken after {waited:?}");
+}
+
+#[derive(Debug, Clone)]
+enum Op {
+    Submit { key: u8, id: u8, dt: u64 },
+    Publish { dt: u64 },
+    Sweep { dt: u64 },
+    Snapshot,
+}
+
+fn op() -> impl Strategy<Value = Op> {
+    prop_oneof![
+        6 => (0u8..4, 0u8..12, 0u64..25).prop_map(|(key, id, dt)| Op::Submit { key, id, dt }),
+        2 => (0u64..40).prop_map(|dt| Op::Publish { dt }),
+        1 => (0u64..60).prop_map(|dt| Op::Sweep { dt }),
+        1 => Just(Op::Snapshot),
+    ]
+}
+
+/// The local provider through the port equals the model with its documented lazy
+/// publication (everything due is published before each operation).
+#[test]
+fn the_local_provider_matches_the_model_with_lazy_publication() {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("runtime");
+    let mut runner = TestRunner::new(Config {
+        cases: 128,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let strategy = (
+        prop_oneof![Just(GateMode::OnlyOnce), Just(GateMode::StrictlyOnce)],
+        1u64..40,
+        1u64..60,
+        1u64..8,
+        proptest::collection::vec(op(), 1..60),
+    );
+    runner
+        .run(&strategy, |(mode, duration, retention, max_events, ops)| {
+            rt.block_on(async {
+                let mut spec = GateSpec::new(gid("prop"), mode, Duration::from_millis(duration));
+                spec.retention = Duration::from_millis(retention);
+                spec.max_events = max_events;
+                let g = GateSettings::new(spec).expect("valid gate");
+                let clock = ManualClock::new(1000);
+                let port = LocalGateProvider::with_settings(
+                    GateSet::new([g.clone()]).expect("one gate"),
+                    Arc::new(clock.clone()),
+                    LocalGateSettings {
+                        sweep_on_submit: 0,
+                        ..LocalGateSettings::default()
+                    },
+                );
+                let mut model = GateState::new(g.clone());
+                let mut log = Vec::new();
+                let gate = g.id().clone();
+                let mut now = 1000;
+                for op in &ops {
+                    let dt = match op {
+                        Op::Submit { dt, .. } | Op::Publish { dt } | Op::Sweep { dt } => *dt,
+                        Op::Snapshot => 0,
+                    };
+                    now += dt;
+                    clock.set(now);
+                    if !matches!(op, Op::Publish { .. }) {
+                        log.extend(model.publish_due(now, usize::MAX).expect("in range"));
+                    }
+                    match op {
+                        Op::Submit { key: k, id, .. } => {
+                            let (k, id) = (key(&format!("k{k}")), eid(&format!("e{id}")));
+                            let expected = match model.submit(k.clone(), id.clone(), now) {
+                                Ok(s) => {
+                                    log.extend(s.update);
+                                    GateOutcome::Evaluated(s.outcome)
+                                }
+                                Err(e) => e.outcome(),
+                            };
+                            let got = port
+                                .submit(SubmitRequest {
+                                    gate: gate.clone(),
+                                    key: k,
+                                    id,
+                                    deadline: deadline(),
+                                })
+                                .await
+                                .expect("known gate");
+                            prop_assert_eq!(got, expected);
+                        }
+                        Op::Publish { .. } => {
+                            let u = model.publish_due(now, 3).expect("in range");
+                            let n = u.len();
+                            log.extend(u);
+                            let got = port.publish_due(&gate, nz(3), deadline()).await;
+                            prop_assert_eq!(got, Ok(GateOutcome::Evaluated(n)));
+                        }
+                        Op::Sweep { .. } => {
+                            let n = model.sweep(now, 5).expect("in range").removed.len();
+                            let got = port.sweep(&gate, nz(5), deadline()).await;
+                            prop_assert_eq!(got, Ok(GateOutcome::Evaluated(n)));
+                        }
+                        Op::Snapshot => {
+                            let got = port.snapshot(&gate, deadline()).await;
+                            prop_assert_eq!(got, Ok(GateOutcome::Evaluated(model.snapshot())));
+                        }
+                    }
+                }
+                let d = Deadline::within(Duration::from_millis(10)).expect("deadline");
+                let got = port
+                    .updates_after(&gate, GateClock::ZERO, nz(10_000), d)
+                    .await;
+                match got {
+                    Ok(GateOutcome::Evaluated(UpdateBatch::Updates(u))) => {
+                        // The final read published what was due by then, too.
+                        log.extend(model.publish_due(now, usize::MAX).expect("in range"));
+                        prop_assert_eq!(u, log);
+                    }
+                    other => return Err(TestCaseError::fail(format!("{other:?}"))),
+                }
+                Ok(())
+            })
+        })
+        .unwrap_or_else(|e| panic!("{e}"));
+}
+
+/// Follows a gate's updates from clock 0 until `stop` (once nothing is new, or at once when
+/// `hard`) and returns them.
+fn subscribe(
+    port: Arc<RedisGateProvider>,
+    gate: GateId,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+    hard: bool,
+) -> tokio::task::JoinHandle<Vec<StatusUpdate>> {
+    tokio::spawn(async move {
+        let mut out: Vec<StatusUpdate> = Vec::new();
+        loop {
+            let cursor = out.last().map_or(GateClock::ZERO, |u| u.clock);
+            let d = Deadline::within(Duration::from_millis(1200)).expect("deadline");
+            match port.updates_after(&gate, cursor, nz(256), d).await {
+                Ok(GateOutcome::Evaluated(UpdateBatch::Updates(u))) => {
+                    let stopping = stop.load(std::sync::atomic::Ordering::SeqCst);
+                    if stopping && (hard || u.is_empty()) {
+                        return out;
+                    }
+                    out.extend(u);
+                }
+                other => panic!("updates after {cursor}: {other:?}"),
+            }
+        }
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_instances_see_the_same_updates_and_lose_nothing_when_one_is_killed() {
+    let server = RedisServer::start();
+    for mode in GateMode::ALL {
+        let g = settings(&unique("pair"), mode, 150, 60_000);
+        let gate = g.id().clone();
+        let a = Arc::new(
+            redis_provider(server.url(), vec![g.clone()], RedisGateSettings::default()).await,
+        );
+        let b = Arc::new(
+            redis_provider(server.url(), vec![g.clone()], RedisGateSettings::default()).await,
+        );
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let kill_a = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let mut sub_a = Some(subscribe(a.clone(), gate.clone(), kill_a.clone(), true));
+        let sub_b = subscribe(b.clone(), gate.clone(), stop.clone(), false);
+        let mut submitted = BTreeSet::new();
+        let mut a = Some(a);
+        let mut seen_a = Vec::new();
+        for i in 0..120u64 {
+            let o = match (&a, i % 2) {
+                (Some(a), 0) => submit(&**a, &gate, &format!("k{}", i % 7), &format!("e{i}")).await,
+                _ => submit(&*b, &gate, &format!("k{}", i % 7), &format!("e{i}")).await,
+            };
+            if matches!(o, SubmitOutcome::Submitted { .. }) {
+                submitted.insert(format!("e{i}"));
+            }
+            if i == 60 {
+                // Kill instance A mid-stream: its subscriber stops, and dropping the last
+                // handle aborts its publisher and connections wherever they are.
+                kill_a.store(true, std::sync::atomic::Ordering::SeqCst);
+                if let Some(h) = sub_a.take() {
+                    seen_a = h.await.expect("subscriber A ends");
+                }
+                a = None;
+            }
+            tokio::time::sleep(Duration::from_millis(8)).await;
+        }
+        assert!(a.is_none());
+        // Everything comes due; only B publishes now.
+        let give_up = Instant::now() + Duration::from_secs(10);
+        loop {
+            let s = match b.snapshot(&gate, deadline()).await.expect("known gate") {
+                GateOutcome::Evaluated(s) => s,
+                other => panic!("{other:?}"),
+            };
+            if s.incubating.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < give_up,
+                "still incubating after A was killed"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        stop.store(true, std::sync::atomic::Ordering::SeqCst);
+        let seen_b = sub_b.await.expect("subscriber B ends");
+        // The same updates in the same clock order on both instances, as far as A lived.
+        assert!(!seen_a.is_empty(), "{mode}: A saw nothing");
+        assert_eq!(seen_a[..], seen_b[..seen_a.len()], "{mode}");
+        assert!(seen_b.windows(2).all(|w| w[0].clock < w[1].clock));
+        // Every submitted event: one Submitted update and exactly one terminal one.
+        let mut fates: BTreeMap<String, Vec<EventStatus>> = BTreeMap::new();
+        for u in &seen_b {
+            fates.entry(u.id.to_string()).or_default().push(u.status);
+        }
+        assert_eq!(
+            fates.keys().cloned().collect::<BTreeSet<_>>(),
+            submitted,
+            "{mode}"
+        );
+        for (id, f) in &fates {
+            assert_eq!(f.len(), 2, "{mode} {id}: {f:?}");
+            assert_eq!(f[0], EventStatus::Submitted, "{id}");
+            assert!(f[1].is_terminal(), "{id}");
+            assert_eq!(status(&*b, &gate, id).await, Some(f[1]), "{id}");
+        }
+        if mode == GateMode::OnlyOnce {
+            assert!(fates.values().all(|f| f[1] == EventStatus::Published));
+        } else {
+            assert!(fates.values().any(|f| f[1] == EventStatus::Invalidated));
+        }
+        b.shutdown().await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn memory_stays_bounded_under_a_steady_rate_with_retention() {
+    let server = RedisServer::start();
+    let g = settings(&unique("mem"), GateMode::OnlyOnce, 50, 200);
+    let gate = g.id().clone();
+    let gs = RedisGateSettings {
+        sweep_interval: Duration::from_millis(50),
+        stream_max_len: 500,
+        ..RedisGateSettings::default()
+    };
+    let port = redis_provider(server.url(), vec![g], gs).await;
+    let keys = port.keys(&gate).expect("known gate").clone();
+    let mut con = server.connection();
+    let mut peak_events = 0i64;
+    let mut peak_stream = 0i64;
+    let started = Instant::now();
+    let mut i = 0u64;
+    // About 500 events/s for 2 s: ~ 500 * (50 + 200 + sweep 50) ms = 150 held at a time.
+    while started.elapsed() < Duration::from_secs(2) {
+        for _ in 0..5 {
+            submit(&port, &gate, &format!("k{i}"), &format!("e{i}")).await;
+            i += 1;
+        }
+        let n: i64 = redis::cmd("HLEN")
+            .arg(&keys[2])
+            .query(&mut con)
+            .expect("HLEN");
+        let s: i64 = redis::cmd("XLEN")
+            .arg(&keys[7])
+            .query(&mut con)
+            .expect("XLEN");
+        peak_events = peak_events.max(n);
+        peak_stream = peak_stream.max(s);
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(i > 400, "submitted {i}");
+    assert!(
+        peak_events < 400,
+        "peak {peak_events} events held for {i} submitted"
+    );
+    // MAXLEN ~ trims whole nodes (100 entries by default), so allow one node of slack.
+    assert!(peak_stream <= 700, "stream grew to {peak_stream}");
+    // After the last retention passes, the conditional delete leaves nothing but windows.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let n: i64 = redis::cmd("HLEN")
+        .arg(&keys[2])
+        .query(&mut con)
+        .expect("HLEN");
+    let w: i64 = redis::cmd("HLEN")
+        .arg(&keys[5])
+        .query(&mut con)
+        .expect("HLEN");
+    assert_eq!((n, w), (0, 0), "events and windows left after retention");
+    // No gate key has a TTL: nothing can expire unhandled.
+    for k in &keys {
+        let ttl: i64 = redis::cmd("PTTL").arg(k).query(&mut con).expect("PTTL");
+        assert!(ttl == -1 || ttl == -2, "{k} has a TTL {ttl}");
+    }
+    port.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stopped_server_gives_honest_outcomes_and_a_restart_recovers() {
+    let mut server = RedisServer::start();
+    let g = settings(&unique("down"), GateMode::StrictlyOnce, 100, 1000);
+    let gate = g.id().clone();
+    let port = redis_provider(server.url(), vec![g], RedisGateSettings::default()).await;
+    assert!(matches!(
+        submit(&port, &gate, "k", "e1").await,
+        SubmitOutcome::Submitted { .. }
+    ));
+    server.stop();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let r = port
+        .submit(SubmitRequest {
+            gate: gate.clone(),
+            key: key("k"),
+            id: eid("e2"),
+            deadline: deadline(),
+        })
+        .await
+        .expect("known gate");
+    assert!(
+        matches!(
+            r,
+            GateOutcome::Unavailable { .. } | GateOutcome::Indeterminate { .. }
+        ),
+        "{r:?}"
+    );
+    let s = port.snapshot(&gate, deadline()).await.expect("known gate");
+    assert!(
+        matches!(s, GateOutcome::Unavailable { .. }),
+        "a read is never indeterminate: {s:?}"
+    );
+    server.restart();
+    let give_up = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Ok(GateOutcome::Evaluated(_)) = port.snapshot(&gate, deadline()).await {
+            break;
+        }
+        assert!(Instant::now() < give_up, "no recovery after restart");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    port.shutdown().await;
+}
