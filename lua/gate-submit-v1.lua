@@ -1,7 +1,9 @@
 -- gate-submit-v1.lua: receives one event at one gate, atomically.
 --
 -- Mirrors shared-contract's gate::GateState::submit step for step (docs/event-gates.md).
--- Calling convention: docs/lua-programs.md, section "Event-gate programs".
+-- Calling convention: this header (shared by every gate-*-v1.lua program: the same eight KEYS,
+-- ARGV decimal digits, a fixed-arity reply with the status first); docs/lua-programs.md for
+-- the rate-limit programs whose discipline these follow.
 --
 -- KEYS (all share the gate's hash tag {<gate>}; every gate program takes the same eight):
 --   [1] clock     string: the gate's scalar clock, bumped with INCR

@@ -4,7 +4,7 @@
 //! They run like the rate-limit programs (`EVALSHA` of the SHA1 computed once, `EVAL` of the
 //! same source after `NOSCRIPT`) and follow the same reply discipline: fixed arity, a status
 //! first, integers in `0..=2^53-1`. KEYS, ARGV and replies are documented in each file's
-//! header and in `docs/lua-programs.md`.
+//! header (`gate-submit-v1.lua` describes the eight KEYS all of them share).
 
 use std::sync::LazyLock;
 
