@@ -3,6 +3,7 @@
 
 use std::fmt;
 use std::num::NonZeroU64;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::exact::MAX_SAFE_INTEGER;
@@ -26,8 +27,11 @@ pub enum IdError {
 }
 
 /// A policy identifier: 1..=64 characters of `[a-z0-9_-]`, safe in keys, metrics and logs.
+///
+/// Shared (`Arc`), because every decision carries one: a clone is a reference count, not an
+/// allocation on the hot path.
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PolicyId(Box<str>);
+pub struct PolicyId(Arc<str>);
 
 impl PolicyId {
     /// Largest accepted length in bytes.
