@@ -150,7 +150,8 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
                 failure_policy: e.failure_policy,
                 // The provider refuses a deadline shorter than its command timeout; the margin
                 // covers the time between taking the deadline and the provider's check.
-                budget: r.redis.command_timeout + Duration::from_millis(100),
+                budget: (r.redis.command_timeout + Duration::from_millis(100))
+                    .min(shared_contract::Deadline::MAX_BUDGET),
                 breaker,
                 provider: "redis",
             })

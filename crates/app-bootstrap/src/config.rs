@@ -794,13 +794,13 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
     let command_timeout = c
         .positive_duration(&join(P, "command_timeout"), d.get("command_timeout"))
         .unwrap_or(defaults.command_timeout);
-    if command_timeout > RedisSettings::MAX_COMMAND_TIMEOUT {
+    // The edge gives each evaluation a deadline of command_timeout plus a margin, and a
+    // deadline is at most a minute: so the timeout must leave room for the margin.
+    let max_timeout = shared_contract::Deadline::MAX_BUDGET - Duration::from_secs(1);
+    if command_timeout > max_timeout {
         c.push(
             join(P, "command_timeout"),
-            format!(
-                "must be <= {:?}, got {command_timeout:?}",
-                RedisSettings::MAX_COMMAND_TIMEOUT
-            ),
+            format!("must be <= {max_timeout:?}, got {command_timeout:?}"),
         );
     }
     let connect_timeout = c

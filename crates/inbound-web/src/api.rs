@@ -16,7 +16,7 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
-use shared_contract::{Cost, PolicyId, RateLimitOutcome, Readiness, RequestError};
+use shared_contract::{Cost, PolicyId, RateLimitOutcome, Readiness};
 
 use crate::headers::ceil_secs;
 use crate::limiter::Limiter;
@@ -132,9 +132,7 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
     };
     let outcome = match limiter.evaluate(policy_id, subject.as_bytes(), cost).await {
         Ok(o) => o,
-        Err(e @ (RequestError::UnknownPolicy(_) | RequestError::CostAboveMax { .. })) => {
-            return problem::bad_request("invalid_request", &e.to_string());
-        }
+        // Checked above already; the port's own check is authoritative (nothing consumed).
         Err(e) => return problem::bad_request("invalid_request", &e.to_string()),
     };
     respond(limiter, &outcome)
@@ -261,8 +259,9 @@ pub async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
 
 /// `GET /metrics`: Prometheus text.
 pub async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
-    if let (Some(limiter), Some(b)) = (&state.limiter, limiter_breaker(&state)) {
-        let _ = limiter;
+    // The breaker exports its state on every transition; refreshing it here as well keeps
+    // the gauge right even if the recorder was installed after the breaker was built.
+    if let Some(b) = state.limiter.as_ref().and_then(|l| l.breaker_state()) {
         metrics::gauge!(crate::limiter::names::BREAKER_STATE).set(b.gauge());
     }
     let text = state
@@ -276,8 +275,4 @@ pub async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     r
-}
-
-fn limiter_breaker(state: &ApiState) -> Option<app_bootstrap::BreakerState> {
-    state.limiter.as_ref().and_then(|l| l.breaker_state())
 }

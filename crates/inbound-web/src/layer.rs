@@ -247,3 +247,144 @@ where
     }
     Ok(response)
 }
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use app_bootstrap::{RateLimitRuntime, SubjectHasher, SubjectSecret};
+    use axum::http::StatusCode;
+    use shared_contract::{
+        AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, IncompatibleCategory, PolicyRevision,
+        PolicySet, PolicySpec, RateLimitPolicy, RateLimitRequest, RequestError,
+        UnavailableCategory,
+    };
+    use tower::ServiceExt as _;
+
+    use super::*;
+
+    /// A port that never decides.
+    #[derive(Debug)]
+    struct Failing {
+        policies: PolicySet,
+        outcome: fn(PolicyId) -> RateLimitOutcome,
+    }
+
+    #[async_trait::async_trait]
+    impl EdgeRateLimitPort for Failing {
+        async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+            Ok((self.outcome)(r.policy_id))
+        }
+        fn policies(&self) -> &PolicySet {
+            &self.policies
+        }
+    }
+
+    fn service(
+        failure_policy: FailurePolicy,
+        outcome: fn(PolicyId) -> RateLimitOutcome,
+    ) -> RateLimit<axum::routing::Router> {
+        let id = PolicyId::new("api").expect("valid id");
+        let policy = RateLimitPolicy::new(PolicySpec {
+            id: id.clone(),
+            revision: PolicyRevision::new(1).expect("valid"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit: 5,
+                window: Duration::from_secs(1),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy,
+        })
+        .expect("valid policy");
+        let port = Arc::new(Failing {
+            policies: PolicySet::new([policy], id.clone()).expect("valid set"),
+            outcome,
+        });
+        let runtime = RateLimitRuntime::from_port(
+            port,
+            SubjectHasher::new(&SubjectSecret::random()),
+            failure_policy,
+            Duration::from_secs(1),
+        );
+        let limiter = Arc::new(Limiter::new(runtime));
+        let upstream = axum::Router::new().route("/api/x", axum::routing::get(|| async { "up" }));
+        RateLimitLayer::new(
+            limiter,
+            vec![Rule::new("/api", id, SubjectSource::Header("x-key".into()))],
+        )
+        .layer(upstream)
+    }
+
+    fn unavailable(policy_id: PolicyId) -> RateLimitOutcome {
+        RateLimitOutcome::Unavailable {
+            policy_id,
+            retry_after_ms: 1500,
+            category: UnavailableCategory::Connect,
+        }
+    }
+
+    fn incompatible(policy_id: PolicyId) -> RateLimitOutcome {
+        RateLimitOutcome::Incompatible {
+            policy_id,
+            category: IncompatibleCategory::State,
+        }
+    }
+
+    fn get() -> Request<Body> {
+        Request::get("/api/x").body(Body::empty()).expect("request")
+    }
+
+    #[tokio::test]
+    async fn fail_closed_answers_503_with_retry_after_rounded_up() {
+        let r = service(FailurePolicy::FailClosed, unavailable)
+            .oneshot(get())
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[header::RETRY_AFTER], "2");
+        assert_eq!(r.headers()[header::CONTENT_TYPE], problem::CONTENT_TYPE);
+        assert!(r.headers().get(headers::RATELIMIT).is_none());
+    }
+
+    #[tokio::test]
+    async fn incompatible_under_fail_closed_is_503_without_a_retry_hint() {
+        let r = service(FailurePolicy::FailClosed, incompatible)
+            .oneshot(get())
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+
+    #[tokio::test]
+    async fn fail_open_lets_the_request_through_without_claiming_a_decision() {
+        let r = service(FailurePolicy::FailOpen, unavailable)
+            .oneshot(get())
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert!(r.headers().get(headers::RATELIMIT).is_none());
+        assert!(r.headers().get(headers::RATELIMIT_POLICY).is_none());
+    }
+
+    #[tokio::test]
+    async fn paths_outside_every_rule_are_not_evaluated() {
+        // The failing port would answer 503 if it were asked.
+        let r = service(FailurePolicy::FailClosed, unavailable)
+            .oneshot(Request::get("/apix").body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    }
+
+    #[test]
+    fn prefixes_match_whole_segments() {
+        let id = PolicyId::new("api").expect("valid id");
+        let r = Rule::new("/api/", id.clone(), SubjectSource::Ip);
+        assert!(r.matches("/api") && r.matches("/api/") && r.matches("/api/x"));
+        assert!(!r.matches("/apix") && !r.matches("/ap"));
+        assert!(Rule::new("/", id, SubjectSource::Ip).matches("/anything"));
+    }
+}

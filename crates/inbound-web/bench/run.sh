@@ -1,0 +1,73 @@
+#!/bin/sh
+# HTTP-layer benchmark of inbound-web (docs/performance.md, "HTTP layer (inbound-web)").
+#
+#   crates/inbound-web/bench/run.sh [DURATION]      (default 10s; needs wrk, hey, redis-server)
+#
+# Starts one private redis-server and the release binary in four configurations, one at a
+# time, all on this machine (load generator, app and Redis share its cores):
+#   off     rate limiting disabled: the demo route alone
+#   local   the middleware with the local provider
+#   redis   the middleware with the redis provider
+#   sidecar POST /v1/evaluate with the redis provider (wrk -t2 -c64 --latency, random subjects)
+# Every limited run uses random subjects over 1,000,000 and a policy that admits all of them,
+# so the figures are the cost of evaluating, not of answering 429.
+set -eu
+D=${1:-10s}
+HERE=$(cd "$(dirname "$0")" && pwd)
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/inbound-web}
+RPORT=${RPORT:-16399}
+HPORT=${HPORT:-18099}
+TMP=$(mktemp -d)
+SECRET="bench-subject-secret-of-at-least-32-bytes"
+redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" >"$TMP/redis.log" 2>&1 &
+RPID=$!
+trap 'kill $RPID 2>/dev/null; kill $APID 2>/dev/null; rm -rf "$TMP"' EXIT
+APID=
+sleep 0.5
+
+policy='[rate_limit.policies.api]
+algorithm = "token_bucket"
+capacity = 1000000000
+refill_amount = 1000000000
+refill_interval = "1s"'
+routes='[[routes]]
+path_prefix = "/api"
+policy = "api"
+subject = "header:x-api-key"'
+
+write_config() { # $1 = mode
+  case $1 in
+    off) printf '[http]\nbind = "127.0.0.1:%s"\n\n%s\n' "$HPORT" "$routes" ;;
+    local) printf '[http]\nbind = "127.0.0.1:%s"\n\n[rate_limit]\nenabled = true\nprovider = "local"\ndefault_policy = "api"\n\n%s\n\n%s\n' "$HPORT" "$policy" "$routes" ;;
+    redis) printf '[http]\nbind = "127.0.0.1:%s"\n\n[rate_limit]\nenabled = true\nprovider = "redis"\ndefault_policy = "api"\nsubject_secret = "%s"\n\n[rate_limit.redis]\nrole = "coordination"\nurl = "redis://127.0.0.1:%s/0"\ncommand_timeout = "1s"\n\n%s\n\n%s\n' "$HPORT" "$SECRET" "$RPORT" "$policy" "$routes" ;;
+  esac > "$TMP/$1.toml"
+}
+
+start() { # $1 = mode
+  write_config "$1"
+  RUST_LOG=warn "$BIN" --config "$TMP/$1.toml" 2>"$TMP/app.log" &
+  APID=$!
+  for _ in $(seq 1 50); do curl -sf "http://127.0.0.1:$HPORT/healthz" >/dev/null && return; sleep 0.1; done
+  echo "app did not start"; cat "$TMP/app.log"; exit 1
+}
+stop() { kill -TERM "$APID"; wait "$APID" || true; APID=; }
+
+for mode in off local redis; do
+  start $mode
+  echo "== $mode: wrk -t2 -c64 -d$D --latency GET /api/x (random x-api-key)"
+  wrk -t2 -c64 -d"$D" --latency -s "$HERE/random-key.lua" "http://127.0.0.1:$HPORT/api/x" | grep -E "Requests/sec|50%|99%|Non-2xx|Socket errors"
+  stop
+done
+
+start redis
+echo "== sidecar: wrk -t2 -c64 -d15s --latency POST /v1/evaluate (redis, random subjects over 1,000,000)"
+wrk -t2 -c64 -d15s --latency -s "$HERE/evaluate.lua" "http://127.0.0.1:$HPORT/v1/evaluate" | grep -E "Requests/sec|50%|90%|99%|Non-2xx|Socket errors"
+stop
+
+if [ -n "${HALF_RATE:-}" ]; then
+  # p99 at a fixed offered load (hey -q is per worker): HALF_RATE requests/s in total.
+  start redis
+  echo "== redis middleware at a fixed ${HALF_RATE} req/s (hey, 32 workers)"
+  hey -z "$D" -c 32 -q $((HALF_RATE / 32)) -H "x-api-key: fixed-rate" "http://127.0.0.1:$HPORT/api/x" | grep -E "Requests/sec|99%|50%|\[2|\[4|\[5"
+  stop
+fi

@@ -1,0 +1,46 @@
+//! The shipped example configurations are valid, enabled, and mean what their comments say.
+
+use std::path::Path;
+
+use app_bootstrap::config::{self, Sources};
+use app_bootstrap::{ProviderSettings, RateLimitSettings};
+
+fn load(name: &str) -> app_bootstrap::Settings {
+    let path = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../examples")
+        .join(name);
+    config::load(&Sources {
+        file: Some(path),
+        env: Some(Vec::new()),
+    })
+    .unwrap_or_else(|e| panic!("examples/{name}:\n{e}"))
+}
+
+#[test]
+fn local_example_is_valid_and_limits_api_by_api_key() {
+    let s = load("local.toml");
+    let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+        panic!("examples/local.toml must enable rate limiting");
+    };
+    assert!(matches!(e.provider, ProviderSettings::Local));
+    assert_eq!(s.routes[0].path_prefix, "/api");
+    // README: "the example policy admits 5 per 10 s".
+    let api = e
+        .policies
+        .get(e.policies.default_id())
+        .expect("default policy");
+    assert_eq!(api.algorithm().quota_window(), (5, 10));
+}
+
+#[test]
+fn redis_example_is_valid_and_uses_a_coordination_redis() {
+    let s = load("redis.toml");
+    let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+        panic!("examples/redis.toml must enable rate limiting");
+    };
+    match &e.provider {
+        ProviderSettings::Redis(r) => assert_eq!(r.redis.url, "redis://127.0.0.1:6379/0"),
+        other => panic!("expected redis, got {other:?}"),
+    }
+    assert!(e.subject_secret.is_some());
+}
