@@ -27,6 +27,8 @@ struct Figures {
     submissions_per_s: f64,
     incubating_at_peak: i64,
     bytes_per_incubating_event: f64,
+    /// `MEMORY USAGE` of each gate key at the peak, divided by the incubating count.
+    per_key: Vec<(&'static str, f64)>,
     lag_p50_ms: u64,
     lag_p99_ms: u64,
     lag_max_ms: u64,
@@ -108,6 +110,20 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
         .query(&mut con)
         .expect("ZCARD");
     let after = used_memory(&mut con);
+    let per_key = adapter_redis::gate::keys::PARTS
+        .iter()
+        .zip(keys.iter())
+        .map(|(part, k)| {
+            let bytes: Option<i64> = redis::cmd("MEMORY")
+                .arg("USAGE")
+                .arg(k)
+                .arg("SAMPLES")
+                .arg(0)
+                .query(&mut con)
+                .expect("MEMORY USAGE");
+            (*part, bytes.unwrap_or(0) as f64 / incubating.max(1) as f64)
+        })
+        .collect();
     // Wait for the publisher to drain the queue.
     let give_up = Instant::now() + Duration::from_millis(duration_ms) + Duration::from_secs(30);
     loop {
@@ -157,6 +173,7 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
         submissions_per_s: events as f64 / fill.as_secs_f64(),
         incubating_at_peak: incubating,
         bytes_per_incubating_event: (after - before) as f64 / incubating.max(1) as f64,
+        per_key,
         lag_p50_ms: pct(0.50),
         lag_p99_ms: pct(0.99),
         lag_max_ms: lags.last().copied().unwrap_or(0),
@@ -165,6 +182,13 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
 }
 
 fn report(f: &Figures) {
+    let per_key: Vec<String> = f
+        .per_key
+        .iter()
+        .filter(|(_, b)| *b >= 0.5)
+        .map(|(k, b)| format!("\"{k}\":{b:.0}"))
+        .collect();
+    println!("{{\"bytes_per_event_by_key\":{{{}}}}}", per_key.join(","));
     println!(
         "{{\"events\":{},\"concurrency\":{},\"submissions_per_s\":{:.0},\"incubating_at_peak\":{},\
          \"bytes_per_incubating_event\":{:.0},\"lag_p50_ms\":{},\"lag_p99_ms\":{},\"lag_max_ms\":{},\

@@ -254,13 +254,9 @@ impl Shared {
         }
     }
 
-    fn parsed<T>(
-        &self,
-        program: &GateProgram,
-        r: Result<GateOutcome<T>, ReplyError>,
-    ) -> GateOutcome<T> {
+    fn parsed<T>(&self, what: &str, r: Result<GateOutcome<T>, ReplyError>) -> GateOutcome<T> {
         r.unwrap_or_else(|e| {
-            tracing::warn!(program = program.name, error = %e, "unusable gate program reply");
+            tracing::warn!(program = what, error = %e, "unusable gate reply");
             GateOutcome::Incompatible {
                 category: IncompatibleCategory::Reply,
             }
@@ -286,7 +282,7 @@ impl Shared {
                 .run(&programs::PUBLISH, plan, &args, deadline, Effect::Write)
                 .await
             {
-                Ok(v) => self.parsed(&programs::PUBLISH, reply::publish(&v, batch)),
+                Ok(v) => self.parsed(programs::PUBLISH.name, reply::publish(&v, batch)),
                 Err(o) => o,
             },
         )
@@ -462,7 +458,7 @@ async fn sweep(
             .run(&programs::SWEEP, plan, &args, deadline, Effect::Write)
             .await
         {
-            Ok(v) => shared.parsed(&programs::SWEEP, reply::sweep(&v, batch)),
+            Ok(v) => shared.parsed(programs::SWEEP.name, reply::sweep(&v, batch)),
             Err(o) => o,
         },
     )
@@ -504,7 +500,7 @@ impl EventGatePort for RedisGateProvider {
                 .await
             {
                 Ok(v) => shared.parsed(
-                    &programs::SUBMIT,
+                    programs::SUBMIT.name,
                     reply::submit(&v, &plan.gate, &request.id),
                 ),
                 Err(o) => o,
@@ -524,6 +520,9 @@ impl EventGatePort for RedisGateProvider {
         if deadline.remaining_from(Instant::now()) < timeout {
             return Ok(shared.unavailable(UnavailableCategory::Deadline));
         }
+        let Ok(_permit) = shared.admission.try_acquire() else {
+            return Ok(shared.unavailable(UnavailableCategory::Admission));
+        };
         let link = match shared.pool.pick() {
             Pick::Up(link) => link,
             Pick::Down(_) => return Ok(shared.unavailable(UnavailableCategory::Connect)),
@@ -554,7 +553,7 @@ impl EventGatePort for RedisGateProvider {
         Ok(match value {
             Value::Nil => GateOutcome::Evaluated(None),
             Value::BulkString(b) => shared.parsed(
-                &programs::SNAPSHOT,
+                "HGET events",
                 reply::record(id, &b).map(|r| {
                     if &r.id == id {
                         GateOutcome::Evaluated(Some(r))
@@ -585,7 +584,7 @@ impl EventGatePort for RedisGateProvider {
                 .run(&programs::SNAPSHOT, plan, &args, deadline, Effect::Read)
                 .await
             {
-                Ok(v) => shared.parsed(&programs::SNAPSHOT, reply::snapshot(&v)),
+                Ok(v) => shared.parsed(programs::SNAPSHOT.name, reply::snapshot(&v)),
                 Err(o) => o,
             },
         )
@@ -615,7 +614,7 @@ impl EventGatePort for RedisGateProvider {
                 .run(&programs::UPDATES, plan, &args, deadline, Effect::Read)
                 .await
             {
-                Ok(v) => shared.parsed(&programs::UPDATES, reply::updates(&v, after, max)),
+                Ok(v) => shared.parsed(programs::UPDATES.name, reply::updates(&v, after, max)),
                 Err(o) => o,
             };
             match outcome {
