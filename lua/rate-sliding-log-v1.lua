@@ -47,9 +47,11 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local floor = math.floor
 local argv = ARGV
 local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
--- Digits only (no sign, space, point, exponent or hex); an empty argument has no digit.
+-- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
+-- arguments at once, which is why each is first checked to be non-empty.
 if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-  or a6 == '' or string.find(table.concat(argv, '', 1, 6), '%D') then
+  or a6 == ''
+  or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 -- A decimal string beyond 2^53 converts inexactly but still above every bound.
