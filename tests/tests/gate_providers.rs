@@ -847,3 +847,112 @@ async fn a_stopped_server_gives_honest_outcomes_and_a_restart_recovers() {
     }
     port.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_cursor_older_than_the_kept_log_asks_for_a_resync() {
+    let g = settings(&unique("ring"), GateMode::OnlyOnce, 100, 1000);
+    let gate = g.id().clone();
+    let clock = ManualClock::new(1000);
+    let port = LocalGateProvider::with_settings(
+        GateSet::new([g]).expect("one gate"),
+        Arc::new(clock.clone()),
+        LocalGateSettings {
+            log_capacity: 4,
+            ..LocalGateSettings::default()
+        },
+    );
+    for i in 0..6 {
+        submit(&port, &gate, &format!("k{i}"), &format!("e{i}")).await;
+    }
+    let short = || Deadline::within(Duration::from_millis(20)).expect("deadline");
+    let at = |c| GateClock::new(c).expect("clock");
+    let r = port.updates_after(&gate, at(1), nz(10), short()).await;
+    assert_eq!(r, Ok(GateOutcome::Evaluated(UpdateBatch::Resync)));
+    match port.updates_after(&gate, at(2), nz(10), short()).await {
+        Ok(GateOutcome::Evaluated(UpdateBatch::Updates(u))) => {
+            assert_eq!(
+                u.iter().map(|u| u.clock.get()).collect::<Vec<_>>(),
+                [3, 4, 5, 6]
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+    let r = port.updates_after(&gate, at(7), nz(10), short()).await;
+    assert_eq!(
+        r,
+        Ok(GateOutcome::Evaluated(UpdateBatch::Resync)),
+        "cursor above the clock"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_updates_after_waits_for_the_next_update_then_answers_it() {
+    let g = settings(&unique("wait"), GateMode::OnlyOnce, 5000, 60_000);
+    let gate = g.id().clone();
+    let port = Arc::new(
+        redis_provider(
+            RedisServer::shared().url(),
+            vec![g],
+            RedisGateSettings::default(),
+        )
+        .await,
+    );
+    // Nothing happens: an empty batch close to the deadline, not before.
+    let started = Instant::now();
+    let d = Deadline::within(Duration::from_millis(1500)).expect("deadline");
+    let r = port.updates_after(&gate, GateClock::ZERO, nz(10), d).await;
+    assert_eq!(
+        r,
+        Ok(GateOutcome::Evaluated(UpdateBatch::Updates(Vec::new())))
+    );
+    assert!(
+        started.elapsed() >= Duration::from_millis(300),
+        "{:?}",
+        started.elapsed()
+    );
+    let waiter = {
+        let (port, gate) = (port.clone(), gate.clone());
+        tokio::spawn(async move {
+            let d = Deadline::within(Duration::from_secs(5)).expect("deadline");
+            port.updates_after(&gate, GateClock::ZERO, nz(10), d).await
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    submit(&*port, &gate, "k", "e1").await;
+    match waiter.await.expect("the waiter ends") {
+        Ok(GateOutcome::Evaluated(UpdateBatch::Updates(u))) => {
+            assert_eq!(u.len(), 1);
+            assert_eq!(u[0].status, EventStatus::Submitted);
+        }
+        other => panic!("{other:?}"),
+    }
+    port.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flushed_script_cache_is_reloaded_and_a_retried_submission_is_a_duplicate() {
+    let server = RedisServer::start();
+    let g = settings(&unique("flush"), GateMode::StrictlyOnce, 5000, 60_000);
+    let gate = g.id().clone();
+    let port = redis_provider(server.url(), vec![g], RedisGateSettings::default()).await;
+    let first = submit(&port, &gate, "k", "e1").await;
+    let mut con = server.connection();
+    let _: () = redis::cmd("SCRIPT")
+        .arg("FLUSH")
+        .query(&mut con)
+        .expect("SCRIPT FLUSH");
+    // NOSCRIPT -> EVAL of the same source; the retried id answers what the gate holds.
+    match submit(&port, &gate, "k", "e1").await {
+        SubmitOutcome::Duplicate(r) => {
+            assert_eq!(r.status, EventStatus::Submitted);
+            assert_eq!(r.clock, first.clock(), "the same clock as the first answer");
+        }
+        other => panic!("{other:?}"),
+    }
+    let snap = port.snapshot(&gate, deadline()).await.expect("known gate");
+    match snap {
+        GateOutcome::Evaluated(s) => assert_eq!(s.incubating.len(), 1),
+        other => panic!("{other:?}"),
+    }
+    port.shutdown().await;
+}
