@@ -37,7 +37,7 @@ subject = "header:x-api-key"'
 
 write_config() { # $1 = mode
   case $1 in
-    off) printf '[http]\nbind = "127.0.0.1:%s"\n\n%s\n' "$HPORT" "$routes" ;;
+    off) printf '[http]\nbind = "127.0.0.1:%s"\n\n[[routes]]\npath_prefix = "/api"\nsubject = "header:x-api-key"\n' "$HPORT" ;;
     local) printf '[http]\nbind = "127.0.0.1:%s"\n\n[rate_limit]\nenabled = true\nprovider = "local"\ndefault_policy = "api"\n\n%s\n\n%s\n' "$HPORT" "$policy" "$routes" ;;
     redis) printf '[http]\nbind = "127.0.0.1:%s"\n\n[rate_limit]\nenabled = true\nprovider = "redis"\ndefault_policy = "api"\nsubject_secret = "%s"\n\n[rate_limit.redis]\nrole = "coordination"\nurl = "redis://127.0.0.1:%s/0"\ncommand_timeout = "1s"\n\n%s\n\n%s\n' "$HPORT" "$SECRET" "$RPORT" "$policy" "$routes" ;;
   esac > "$TMP/$1.toml"

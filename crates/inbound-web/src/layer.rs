@@ -90,6 +90,9 @@ impl Rule {
 struct Shared {
     limiter: Arc<Limiter>,
     rules: Vec<Rule>,
+    /// The `RateLimit-Policy` value of each rule alone, built once: it depends only on the
+    /// policy, and one matching rule is the common case.
+    policy_values: Vec<Option<HeaderValue>>,
 }
 
 /// The middleware's layer. See the module docs.
@@ -100,8 +103,22 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     pub fn new(limiter: Arc<Limiter>, rules: Vec<Rule>) -> Self {
+        let policy_values = rules
+            .iter()
+            .map(|r| {
+                limiter.policies().get(&r.policy).map(|p| {
+                    let mut v = String::new();
+                    headers::push_policy(&mut v, p);
+                    headers::value(v)
+                })
+            })
+            .collect();
         Self {
-            shared: Arc::new(Shared { limiter, rules }),
+            shared: Arc::new(Shared {
+                limiter,
+                rules,
+                policy_values,
+            }),
         }
     }
 }
@@ -169,7 +186,14 @@ where
     let mut limit_field = String::new();
     let mut violated: Vec<&str> = Vec::new();
     let mut retry_after_ms = 0u64;
-    for rule in shared.rules.iter().filter(|r| r.matches(parts.uri.path())) {
+    let mut applied = 0usize;
+    let mut single_policy_value = None;
+    let matching = shared
+        .rules
+        .iter()
+        .zip(&shared.policy_values)
+        .filter(|(r, _)| r.matches(parts.uri.path()));
+    for (rule, policy_value) in matching {
         let Some(policy) = limiter.policies().get(&rule.policy) else {
             return Ok(problem::internal(
                 "a route names a policy the provider does not have",
@@ -195,7 +219,18 @@ where
         };
         match &outcome {
             RateLimitOutcome::Evaluated(d) => {
-                headers::push_policy(&mut policy_field, policy);
+                applied += 1;
+                if applied == 1 {
+                    single_policy_value = policy_value.clone();
+                } else {
+                    if applied == 2 {
+                        // A second policy applies: the list is built member by member.
+                        if let Some(first) = &single_policy_value {
+                            policy_field.push_str(first.to_str().unwrap_or_default());
+                        }
+                    }
+                    headers::push_policy(&mut policy_field, policy);
+                }
                 headers::push_limit(&mut limit_field, policy, d);
                 if !d.allowed {
                     violated.push(policy.id().as_str());
@@ -234,11 +269,15 @@ where
         );
         r
     };
-    if !policy_field.is_empty() {
+    if applied > 0 {
+        let policy_value = match single_policy_value {
+            Some(v) if applied == 1 => v,
+            _ => headers::value(policy_field),
+        };
         let h = response.headers_mut();
         h.insert(
             HeaderName::from_static(headers::RATELIMIT_POLICY),
-            headers::value(policy_field),
+            policy_value,
         );
         h.insert(
             HeaderName::from_static(headers::RATELIMIT),
@@ -377,6 +416,93 @@ mod tests {
             .await
             .expect("infallible");
         assert_eq!(r.status(), StatusCode::NOT_FOUND);
+    }
+
+    /// A port that allows everything, remaining 7, for any of two policies.
+    #[derive(Debug)]
+    struct Allowing {
+        policies: PolicySet,
+    }
+
+    #[async_trait::async_trait]
+    impl EdgeRateLimitPort for Allowing {
+        async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+            let limit = self
+                .policies
+                .get(&r.policy_id)
+                .map_or(0, |p| p.algorithm().limit());
+            Ok(RateLimitOutcome::Evaluated(
+                shared_contract::RateLimitDecision {
+                    allowed: true,
+                    limit,
+                    remaining: 7,
+                    retry_after_ms: 0,
+                    reset_at_ms: 0,
+                    policy_id: r.policy_id,
+                    revision: PolicyRevision::new(1).expect("valid"),
+                    source: shared_contract::Source::Local,
+                    certainty: shared_contract::Certainty::Certain,
+                },
+            ))
+        }
+        fn policies(&self) -> &PolicySet {
+            &self.policies
+        }
+    }
+
+    #[tokio::test]
+    async fn every_matching_policy_gets_a_list_member() {
+        let policy = |name: &str, limit: u64| {
+            RateLimitPolicy::new(PolicySpec {
+                id: PolicyId::new(name).expect("valid id"),
+                revision: PolicyRevision::new(1).expect("valid"),
+                algorithm: AlgorithmSpec::FixedWindow {
+                    limit,
+                    window: Duration::from_secs(60),
+                },
+                max_cost: 1,
+                cleanup_grace: Duration::ZERO,
+                max_clock_regression: Duration::ZERO,
+                failure_policy: FailurePolicy::FailClosed,
+            })
+            .expect("valid policy")
+        };
+        let a = PolicyId::new("a").expect("valid id");
+        let b = PolicyId::new("b").expect("valid id");
+        let port = Arc::new(Allowing {
+            policies: PolicySet::new([policy("a", 10), policy("b", 20)], a.clone())
+                .expect("valid set"),
+        });
+        let runtime = RateLimitRuntime::from_port(
+            port,
+            SubjectHasher::new(&SubjectSecret::random()),
+            FailurePolicy::FailClosed,
+            Duration::from_secs(1),
+        );
+        let layer = RateLimitLayer::new(
+            Arc::new(Limiter::new(runtime)),
+            vec![
+                Rule::new("/api", a, SubjectSource::Ip),
+                Rule::new("/api/x", b, SubjectSource::Ip),
+            ],
+        );
+        let upstream = axum::Router::new()
+            .route("/api/x", axum::routing::get(|| async { "up" }))
+            .route("/api/y", axum::routing::get(|| async { "up" }));
+        let svc = layer.layer(upstream);
+        let r = svc.clone().oneshot(get()).await.expect("infallible");
+        assert_eq!(r.status(), StatusCode::OK);
+        assert_eq!(
+            r.headers()[headers::RATELIMIT_POLICY],
+            "\"a\";q=10;w=60, \"b\";q=20;w=60"
+        );
+        let limit = r.headers()[headers::RATELIMIT].to_str().expect("ascii");
+        assert!(limit.starts_with("\"a\";r=7;t=0, \"b\";r=7;t=0"), "{limit}");
+        let r = svc
+            .oneshot(Request::get("/api/y").body(Body::empty()).expect("request"))
+            .await
+            .expect("infallible");
+        assert_eq!(r.headers()[headers::RATELIMIT_POLICY], "\"a\";q=10;w=60");
     }
 
     #[test]
