@@ -2,7 +2,7 @@
 //!
 //! ## Connections and certainty
 //!
-//! The provider owns a [`Pool`] of supervised, multiplexed connections, built by the same
+//! The provider owns a `Pool` of supervised, multiplexed connections, built by the same
 //! code as the rate-limit provider's (connect in the background, version check, preload of
 //! the gate programs, replacement of a dead or stuck link). A submission, publication or
 //! sweep follows [`crate::failure`]: refused before dispatch is `Unavailable`, a lost or late
@@ -22,6 +22,14 @@
 //! once, and when an instance dies the others' next call publishes what it left.
 //! [`RedisGateProvider::shutdown`] stops the publishers between two calls; dropping the
 //! provider aborts them (a program that was sent runs to its end or not at all).
+//!
+//! ## Least privilege
+//!
+//! Gate keys live under the same `key_prefix` as the rate-limit keys
+//! (`<prefix>:gate:{<gate>}:<part>`), so `~<prefix>:*` covers them. Besides the rate-limit
+//! provider's commands the gate programs call `+get +incr +hget +hmget +hset +hdel +hlen
+//! +zadd +zrem +zrange +zrangebyscore +xadd +xrange +xrevrange +xinfo|stream +exists
+//! +time`, and the event lookup sends `HGET` directly.
 //!
 //! ## Updates
 //!
@@ -404,7 +412,14 @@ impl RedisGateProvider {
 /// and then, until told to stop.
 async fn publisher(shared: Arc<Shared>, gate: GateId, mut stop: watch::Receiver<bool>) {
     let gs = shared.gate_settings;
-    let budget = (shared.settings.command_timeout * 4).max(Duration::from_millis(100));
+    // Room for the command timeout (the provider refuses a call whose deadline is shorter),
+    // within the longest deadline the contract allows.
+    let budget = (shared.settings.command_timeout * 4)
+        .clamp(Duration::from_millis(100), Deadline::MAX_BUDGET);
+    if budget <= shared.settings.command_timeout {
+        tracing::error!(gate = %gate, "command_timeout leaves no deadline budget; the gate publisher does not run");
+        return;
+    }
     let mut next_sweep = Instant::now() + gs.sweep_interval;
     let mut wait = Duration::ZERO;
     loop {
@@ -418,6 +433,7 @@ async fn publisher(shared: Arc<Shared>, gate: GateId, mut stop: watch::Receiver<
             return;
         }
         let Ok(deadline) = Deadline::within(budget) else {
+            // Unreachable: `budget` is within 100 ms..=MAX_BUDGET.
             return;
         };
         wait = match shared.publish(&gate, gs.publish_batch, deadline).await {
