@@ -18,7 +18,7 @@
 //!
 //! ## Mounting the middleware
 //!
-//! ```ignore
+//! ```text
 //! let limiter = Arc::new(Limiter::new(runtime)); // runtime from app_bootstrap::build
 //! let layer = RateLimitLayer::new(limiter, vec![Rule::new("/api", policy_id, SubjectSource::Ip)]);
 //! let app = axum::Router::new().route("/api/x", get(handler)).layer(layer);
