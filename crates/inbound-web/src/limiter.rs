@@ -158,6 +158,11 @@ impl Limiter {
             if !span.is_disabled() {
                 span.record("outcome", outcome.name());
                 span.record("allowed", self.allows(outcome));
+                tracing::debug!(
+                    parent: &span,
+                    micros = elapsed.as_micros() as u64,
+                    "rate-limit evaluation"
+                );
             }
         }
         result

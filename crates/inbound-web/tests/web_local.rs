@@ -397,3 +397,31 @@ fn check_prints_effective_settings_with_secrets_redacted() {
     );
     assert!(!String::from_utf8_lossy(&out.stdout).contains("env-secret"));
 }
+
+#[tokio::test]
+async fn evaluation_spans_never_carry_the_raw_subject() {
+    let app = App::start(LOCAL, &[("RUST_LOG", "trace")]);
+    let c = reqwest::Client::new();
+    let subject = "raw-subject-must-not-be-logged-7f3a";
+    let (status, _, _) = evaluate(&c, &app, &format!(r#"{{"subject":"{subject}"}}"#)).await;
+    assert_eq!(status, 200);
+    let r = c
+        .get(app.url("/api/x"))
+        .header("x-api-key", subject)
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 200);
+    // The log thread may lag the response a little.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let log = app.log();
+    assert!(
+        log.contains("rate_limit.evaluate"),
+        "a span per evaluation:\n{log}"
+    );
+    assert!(log.contains("policy=api"), "{log}");
+    assert!(
+        !log.contains(subject),
+        "the raw subject leaked into the log:\n{log}"
+    );
+}
