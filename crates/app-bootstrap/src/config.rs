@@ -21,6 +21,7 @@ use adapter_redis::RedisSettings;
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Value};
+use shared_contract::gate::{GateId, GateMode, GateSet, GateSettings, GateSpec};
 use shared_contract::{
     AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec,
     RateLimitPolicy,
@@ -416,6 +417,13 @@ const ALGORITHM_KEYS: &[&str] = &[
     "burst",
 ];
 const ROUTE_KEYS: &[&str] = &["path_prefix", "policy", "subject"];
+const GATE_KEYS: &[&str] = &[
+    "mode",
+    "duration",
+    "retention",
+    "max_events",
+    "max_clock_regression",
+];
 
 /// The parameters of each algorithm, in the order they are documented.
 fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
@@ -442,17 +450,14 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let http = read_http(&mut c, root.get("http"));
     let rate_limit = read_rate_limit(&mut c, root.get("rate_limit"), base);
     let routes = read_routes(&mut c, root.get("routes"), &rate_limit);
-    let event_gates = match c.table("event_gates", root.get("event_gates")) {
-        Some(d) => d.clone(),
-        None => Dict::new(),
-    };
+    let event_gates = read_event_gates(&mut c, root.get("event_gates"));
 
     match (c.problems.is_empty(), http, rate_limit.settings) {
         (true, Some(http), Some(rate_limit)) => Ok(Settings {
             http,
             rate_limit,
             routes: routes.unwrap_or_default(),
-            event_gates,
+            event_gates: event_gates.unwrap_or_default(),
         }),
         _ => Err(ConfigErrors(c.problems)),
     }
@@ -1224,4 +1229,92 @@ fn read_routes(
         }
     }
     (c.problems.len() == before).then_some(out)
+}
+
+/// `[event_gates.<id>]`: every gate, each field checked here (types, names) and then by
+/// [`GateSettings::new`] (ranges), whose field names complete the key path.
+fn read_event_gates(c: &mut Check, v: Option<&Value>) -> Option<GateSet> {
+    let Some(d) = c.table("event_gates", v) else {
+        return v.is_none().then(GateSet::default);
+    };
+    let mut gates = Vec::new();
+    let mut ok = true;
+    for (name, value) in d {
+        let path = join("event_gates", name);
+        let Some(g) = c.table(&path, Some(value)) else {
+            ok = false;
+            continue;
+        };
+        c.unknown_keys(&path, g, GATE_KEYS);
+        let id = match GateId::new(name) {
+            Ok(id) => Some(id),
+            Err(e) => {
+                c.push(&path, e.to_string());
+                None
+            }
+        };
+        let mode_path = join(&path, "mode");
+        let mode = match c.string(&mode_path, g.get("mode")) {
+            None => {
+                if g.get("mode").is_none() {
+                    c.push(&mode_path, "required (\"only_once\" or \"strictly_once\")");
+                }
+                None
+            }
+            Some(m) => match GateMode::parse(&m) {
+                Some(m) => Some(m),
+                None => {
+                    c.push(
+                        &mode_path,
+                        format!("{m:?} is not a mode; use \"only_once\" or \"strictly_once\""),
+                    );
+                    None
+                }
+            },
+        };
+        let duration_path = join(&path, "duration");
+        let duration = c.duration(&duration_path, g.get("duration"));
+        if g.get("duration").is_none() {
+            c.push(&duration_path, "required (a duration such as \"3s\")");
+        }
+        let retention = c.duration(&join(&path, "retention"), g.get("retention"));
+        let max_events = c.u64(&join(&path, "max_events"), g.get("max_events"));
+        let regression = c.duration(
+            &join(&path, "max_clock_regression"),
+            g.get("max_clock_regression"),
+        );
+        let (Some(id), Some(mode), Some(duration)) = (id, mode, duration) else {
+            ok = false;
+            continue;
+        };
+        let mut spec = GateSpec::new(id, mode, duration);
+        if let Some(r) = retention {
+            spec.retention = r;
+        }
+        if let Some(m) = max_events {
+            spec.max_events = m;
+        }
+        if let Some(r) = regression {
+            spec.max_clock_regression = r;
+        }
+        match GateSettings::new(spec) {
+            Ok(s) => gates.push(s),
+            Err(errors) => {
+                ok = false;
+                for e in errors.0 {
+                    c.push(join(&path, e.field), e.problem);
+                }
+            }
+        }
+    }
+    if !ok {
+        return None;
+    }
+    match GateSet::new(gates) {
+        Ok(set) => Some(set),
+        Err(e) => {
+            c.push("event_gates", e.to_string());
+            None
+        }
+    }
 }

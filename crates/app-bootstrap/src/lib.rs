@@ -13,6 +13,7 @@
 //! | [`breaker`] | the circuit breaker decorator around the redis provider |
 //! | [`fallback`] | the `fallback_local` decorator |
 //! | [`compose`] | settings -> [`RateLimitRuntime`] |
+//! | [`gates`] | `[event_gates.*]` -> [`GateRuntime`] (the gate provider and its publisher) |
 //!
 //! This is the only crate that names the adapters (`adapter-local`, `adapter-redis`).
 //!
@@ -26,12 +27,14 @@ pub mod breaker;
 pub mod compose;
 pub mod config;
 pub mod fallback;
+pub mod gates;
 pub mod settings;
 pub mod subject;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
 pub use config::{ConfigErrors, Problem, Sources, load};
+pub use gates::{GateRuntime, build_gates};
 pub use settings::{
     BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
     RouteSettings, Settings, SubjectSource,

@@ -10,7 +10,8 @@ use std::time::Duration;
 
 use adapter_local::LocalSettings;
 use adapter_redis::RedisSettings;
-use figment::value::{Dict, Value};
+use figment::value::Value;
+use shared_contract::gate::GateSet;
 use shared_contract::{Algorithm, FailurePolicy, PolicyId, PolicySet};
 
 use crate::subject::SubjectSecret;
@@ -22,8 +23,8 @@ pub struct Settings {
     pub rate_limit: RateLimitSettings,
     /// The demo upstream's limited routes, in file order.
     pub routes: Vec<RouteSettings>,
-    /// `[event_gates.*]`, not interpreted by this crate yet (kept for the gate runtime).
-    pub event_gates: Dict,
+    /// `[event_gates.*]`, validated; empty when none is configured (then nothing is built).
+    pub event_gates: GateSet,
 }
 
 /// `[http]`.
@@ -214,15 +215,18 @@ impl Settings {
             }
             let _ = writeln!(o, "subject = {}\n", toml_str(&r.subject.to_string()));
         }
-        if !self.event_gates.is_empty() {
+        for g in self.event_gates.iter() {
+            let ms = |v: u64| dur(Duration::from_millis(v));
+            let _ = writeln!(o, "[event_gates.{}]", g.id());
+            let _ = writeln!(o, "mode = {}", toml_str(g.mode().as_str()));
+            let _ = writeln!(o, "duration = {}", ms(g.duration_ms()));
+            let _ = writeln!(o, "retention = {}", ms(g.retention_ms()));
+            let _ = writeln!(o, "max_events = {}", g.max_events());
             let _ = writeln!(
                 o,
-                "# event_gates: {} gate(s), not validated by this build",
-                self.event_gates.len()
+                "max_clock_regression = {}\n",
+                ms(g.max_clock_regression_ms())
             );
-            for name in self.event_gates.keys() {
-                let _ = writeln!(o, "#   {name}");
-            }
         }
         o
     }

@@ -13,6 +13,7 @@ use axum::routing::{get, post};
 use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
+use crate::gates::GateApi;
 use crate::layer::{RateLimitLayer, Rule};
 use crate::problem;
 
@@ -47,6 +48,15 @@ fn upstream(
 /// The app's router. Rate limiting applies to the demo upstream's `routes` (when enabled);
 /// the API routes are never limited by the middleware.
 pub fn router(state: Arc<ApiState>, routes: &[RouteSettings]) -> Router {
+    router_with_gates(state, routes, Arc::new(GateApi::new(None)))
+}
+
+/// [`router`] plus the event-gate routes of `gates`.
+pub fn router_with_gates(
+    state: Arc<ApiState>,
+    routes: &[RouteSettings],
+    gates: Arc<GateApi>,
+) -> Router {
     let prefixes = Arc::new(
         routes
             .iter()
@@ -77,7 +87,7 @@ pub fn router(state: Arc<ApiState>, routes: &[RouteSettings]) -> Router {
         }
         None => api.fallback_service(demo.map_err(|e: std::convert::Infallible| e)),
     };
-    api.with_state(state)
+    api.with_state(state).merge(crate::gates::router(gates))
 }
 
 /// Serves `router` on `listener` until SIGTERM or SIGINT, then drains in-flight requests.

@@ -14,6 +14,8 @@
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
 //! | [`problem`] | RFC 9457 problem+json bodies (429 quota-exceeded, 503, 400) |
 //! | [`api`] | `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics` |
+//! | [`gates`] | the event-gate routes: submit, event, snapshot |
+//! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router and server |
 //!
 //! ## Mounting the middleware
@@ -33,10 +35,12 @@
 
 pub mod api;
 pub mod app;
+pub mod gates;
 pub mod headers;
 pub mod layer;
 pub mod limiter;
 pub mod problem;
+pub mod stream;
 
 pub use layer::{RateLimit, RateLimitLayer, Rule};
 pub use limiter::Limiter;

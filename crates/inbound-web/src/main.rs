@@ -109,8 +109,16 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let gates = match app_bootstrap::build_gates(&settings).await {
+        Ok(g) => g.map(Arc::new),
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
     let state = Arc::new(ApiState::new(limiter, prometheus));
-    let router = inbound_web::app::router(state, &settings.routes);
+    let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates.clone()));
+    let router = inbound_web::app::router_with_gates(state, &settings.routes, gate_api);
     let listener = match tokio::net::TcpListener::bind(settings.http.bind).await {
         Ok(l) => l,
         Err(e) => {
@@ -122,7 +130,12 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
         .local_addr()
         .map_or_else(|_| settings.http.bind.to_string(), |a| a.to_string());
     tracing::info!("listening on http://{addr}");
-    match inbound_web::app::serve(listener, router).await {
+    let served = inbound_web::app::serve(listener, router).await;
+    if let Some(g) = &gates {
+        // Open streams end with the server; the publisher stops after its current call.
+        g.shutdown().await;
+    }
+    match served {
         Ok(()) => {
             tracing::info!("drained; exiting");
             ExitCode::SUCCESS

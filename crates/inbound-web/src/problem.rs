@@ -13,7 +13,8 @@ use shared_contract::RateLimitOutcome;
 pub const CONTENT_TYPE: &str = "application/problem+json";
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
-fn respond(status: StatusCode, body: serde_json::Value) -> Response {
+/// A problem+json response with `body` (which must carry `type`, `title` and `status`).
+pub fn respond(status: StatusCode, body: serde_json::Value) -> Response {
     let mut r = Response::new(Body::from(body.to_string()));
     *r.status_mut() = status;
     r.headers_mut()
