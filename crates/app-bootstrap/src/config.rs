@@ -299,8 +299,8 @@ impl Check {
                 }
             },
             Some(Value::Num(_, n)) => {
-                let f = n.to_f64().unwrap_or(f64::NAN);
-                let what = if f.is_finite() {
+                // An integer has no f64 reading here; it is finite.
+                let what = if n.to_f64().is_none_or(f64::is_finite) {
                     "must be a duration string such as \"50ms\" or \"1s\" (a bare number has no unit)"
                 } else {
                     "must be a finite duration string such as \"50ms\" or \"1s\""

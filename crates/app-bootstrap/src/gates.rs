@@ -157,3 +157,117 @@ async fn local_publisher(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::from_toml;
+    use shared_contract::gate::{EventId, EventKey, GateId, SubmitOutcome, SubmitRequest};
+
+    fn problems(toml: &str) -> Vec<String> {
+        match from_toml(toml) {
+            Ok(_) => Vec::new(),
+            Err(e) => e.0.iter().map(ToString::to_string).collect(),
+        }
+    }
+
+    #[test]
+    fn gates_are_read_with_their_defaults_and_optional_fields() {
+        let s = from_toml(
+            "[event_gates.orders]\nmode = \"strictly_once\"\nduration = \"3s\"\n\
+             [event_gates.b]\nmode = \"only_once\"\nduration = \"250ms\"\nretention = \"10m\"\n\
+             max_events = 7\nmax_clock_regression = \"0s\"\n",
+        )
+        .expect("valid");
+        let orders = s
+            .event_gates
+            .get(&GateId::new("orders").expect("id"))
+            .expect("orders");
+        assert_eq!(orders.duration_ms(), 3000);
+        assert_eq!(orders.retention_ms(), 3_600_000);
+        let b = s
+            .event_gates
+            .get(&GateId::new("b").expect("id"))
+            .expect("b");
+        assert_eq!(
+            (
+                b.retention_ms(),
+                b.max_events(),
+                b.max_clock_regression_ms()
+            ),
+            (600_000, 7, 0)
+        );
+    }
+
+    #[test]
+    fn every_gate_problem_names_its_key_path() {
+        let p = problems(
+            "[event_gates.orders]\nduration = \"0s\"\nmax_events = 0\n\
+             [event_gates.x]\nmode = \"sometimes\"\nduration = 3\n",
+        );
+        for path in [
+            "event_gates.orders.mode: required",
+            "event_gates.x.mode: \"sometimes\" is not a mode",
+            "event_gates.x.duration: must be a duration string",
+        ] {
+            assert!(p.iter().any(|l| l.starts_with(path)), "{path} in {p:?}");
+        }
+        let p =
+            problems("[event_gates.o]\nmode = \"only_once\"\nduration = \"0s\"\nmax_events = 0\n");
+        assert!(
+            p.iter().any(|l| l.starts_with("event_gates.o.duration:")),
+            "{p:?}"
+        );
+        assert!(
+            p.iter().any(|l| l.starts_with("event_gates.o.max_events:")),
+            "{p:?}"
+        );
+        assert!(problems("event_gates = 3\n")[0].starts_with("event_gates: must be a table"));
+    }
+
+    #[tokio::test]
+    async fn no_gate_builds_nothing() {
+        let s = from_toml("").expect("valid");
+        assert!(build_gates(&s).await.expect("built").is_none());
+    }
+
+    #[tokio::test]
+    async fn the_local_publisher_publishes_without_traffic_and_stops_on_shutdown() {
+        let s = from_toml("[event_gates.g]\nmode = \"only_once\"\nduration = \"30ms\"\n")
+            .expect("valid");
+        let rt = build_gates(&s).await.expect("built").expect("some");
+        assert_eq!(rt.provider_name(), "local");
+        let gate = GateId::new("g").expect("id");
+        let deadline = || Deadline::within(Duration::from_secs(1)).expect("deadline");
+        let answer = rt
+            .port()
+            .submit(SubmitRequest {
+                gate: gate.clone(),
+                key: EventKey::new("k").expect("key"),
+                id: EventId::new("e").expect("id"),
+                deadline: deadline(),
+            })
+            .await
+            .expect("known gate");
+        assert!(matches!(
+            answer,
+            GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
+        ));
+        let clock = answer.evaluated().map(SubmitOutcome::clock).expect("clock");
+        // Nobody calls the gate; the publisher's 10 ms tick must publish it. The update log
+        // shows the publication (clock above the submission's) without a lazy publication by
+        // a read, because `updates_after` is answered from the log.
+        tokio::time::sleep(Duration::from_millis(150)).await;
+        let batch = rt
+            .port()
+            .updates_after(&gate, clock, NonZeroUsize::MIN, deadline())
+            .await
+            .expect("known gate");
+        assert!(
+            matches!(&batch, GateOutcome::Evaluated(shared_contract::gate::UpdateBatch::Updates(u)) if u.len() == 1),
+            "{batch:?}"
+        );
+        rt.shutdown().await;
+        rt.shutdown().await;
+    }
+}
