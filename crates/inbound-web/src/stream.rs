@@ -6,6 +6,10 @@
 //! pulled with `updates_after(cursor)`; a fresh snapshot every [`SNAPSHOT_INTERVAL`] and
 //! whenever the provider answers `Resync` (the updates after the cursor are gone).
 //!
+//! A client that asks for the `v12.stomp` subprotocol gets the same frames as bodies of
+//! STOMP 1.2 `MESSAGE` frames after `CONNECT` and `SUBSCRIBE` to `/topic/gates/{gate}`
+//! ([`STOMP_PROTOCOL`], `serve_stomp`).
+//!
 //! The key design decision: **a subscriber can only slow itself down.** Each connection pulls
 //! from the provider with its own cursor, so a slow one never holds the gate or the other
 //! subscribers back; and a frame the socket does not accept within [`SEND_TIMEOUT`] closes
@@ -48,7 +52,49 @@ pub(crate) async fn stream(
         Ok((rt, gate)) => (rt.clone(), gate),
         Err(r) => return *r,
     };
-    ws.on_upgrade(move |socket| serve(socket, rt, gate))
+    let ws = ws.protocols([STOMP_PROTOCOL]);
+    let stomp = ws.selected_protocol().is_some();
+    ws.on_upgrade(move |socket| async move {
+        if stomp {
+            serve_stomp(socket, rt, gate).await;
+        } else {
+            serve(socket, Framing::Json, rt, gate).await;
+        }
+    })
+}
+
+/// How each JSON frame goes on the wire.
+enum Framing {
+    /// The JSON text itself.
+    Json,
+    /// A STOMP 1.2 `MESSAGE` frame of the subscription, the JSON as its body.
+    Stomp {
+        subscription: String,
+        destination: String,
+        next_id: u64,
+    },
+}
+
+impl Framing {
+    fn wrap(&mut self, frame: &Value) -> String {
+        match self {
+            Framing::Json => frame.to_string(),
+            Framing::Stomp {
+                subscription,
+                destination,
+                next_id,
+            } => {
+                *next_id += 1;
+                let body = frame.to_string();
+                format!(
+                    "MESSAGE\nsubscription:{}\nmessage-id:{next_id}\ndestination:{}\ncontent-type:application/json\ncontent-length:{}\n\n{body}\0",
+                    stomp_escape(subscription),
+                    stomp_escape(destination),
+                    body.len()
+                )
+            }
+        }
+    }
 }
 
 /// Why a connection ended.
@@ -61,13 +107,9 @@ enum End {
 
 type Sink = SplitSink<WebSocket, Message>;
 
-async fn send(sink: &mut Sink, frame: &Value) -> Result<(), End> {
-    match tokio::time::timeout(
-        SEND_TIMEOUT,
-        sink.send(Message::Text(frame.to_string().into())),
-    )
-    .await
-    {
+async fn send(sink: &mut Sink, framing: &mut Framing, frame: &Value) -> Result<(), End> {
+    let text = framing.wrap(frame);
+    match tokio::time::timeout(SEND_TIMEOUT, sink.send(Message::Text(text.into()))).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(End::Gone),
         Err(_) => Err(End::Close(
@@ -80,21 +122,42 @@ async fn send(sink: &mut Sink, frame: &Value) -> Result<(), End> {
     }
 }
 
-async fn serve(socket: WebSocket, rt: Arc<GateRuntime>, gate: GateId) {
+async fn serve(socket: WebSocket, mut framing: Framing, rt: Arc<GateRuntime>, gate: GateId) {
+    let stomp = matches!(framing, Framing::Stomp { .. });
     let (mut sink, mut incoming) = socket.split();
-    // The reader only notices the peer going away (axum answers pings itself).
-    let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<()>();
+    // The reader notices the peer going away (axum answers pings itself) and, under STOMP,
+    // a DISCONNECT, whose receipt id it hands back.
+    let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<Option<String>>();
     let reader = tokio::spawn(async move {
+        let mut receipt = None;
         while let Some(m) = incoming.next().await {
-            if matches!(m, Err(_) | Ok(Message::Close(_))) {
-                break;
+            match m {
+                Err(_) | Ok(Message::Close(_)) => break,
+                Ok(Message::Text(t)) if stomp => {
+                    if let Some(f) = StompFrame::parse(t.as_str())
+                        && f.command == "DISCONNECT"
+                    {
+                        receipt = Some(f.header("receipt").unwrap_or_default().to_owned());
+                        break;
+                    }
+                }
+                Ok(_) => {}
             }
         }
-        let _ = gone_tx.send(());
+        let _ = gone_tx.send(receipt);
     });
     let end = tokio::select! {
-        end = pump(&mut sink, &rt, &gate) => end,
-        _ = &mut gone => End::Gone,
+        end = pump(&mut sink, &mut framing, &rt, &gate) => end,
+        r = &mut gone => match r {
+            Ok(Some(receipt)) => {
+                if !receipt.is_empty() {
+                    let frame = format!("RECEIPT\nreceipt-id:{}\n\n\0", stomp_escape(&receipt));
+                    let _ = tokio::time::timeout(SEND_TIMEOUT, sink.send(Message::Text(frame.into()))).await;
+                }
+                End::Close(1000, "disconnected".to_owned())
+            }
+            _ => End::Gone,
+        },
     };
     if let End::Close(code, reason) = end {
         tracing::info!(gate = %gate, code, reason = %reason, "closing gate stream");
@@ -110,6 +173,7 @@ async fn serve(socket: WebSocket, rt: Arc<GateRuntime>, gate: GateId) {
 /// Sends a snapshot; answers its clock.
 async fn send_snapshot(
     sink: &mut Sink,
+    framing: &mut Framing,
     rt: &GateRuntime,
     gate: &GateId,
 ) -> Result<Option<GateClock>, End> {
@@ -118,7 +182,7 @@ async fn send_snapshot(
         Ok(GateOutcome::Evaluated(s)) => {
             let mut frame = snapshot_json(&s);
             frame["type"] = "snapshot".into();
-            send(sink, &frame).await?;
+            send(sink, framing, &frame).await?;
             Ok(Some(s.clock))
         }
         Ok(GateOutcome::Incompatible { category }) => Err(End::Close(
@@ -143,8 +207,8 @@ async fn wait_after<T>(outcome: &GateOutcome<T>) {
     tokio::time::sleep(Duration::from_millis(ms.clamp(10, 1000))).await;
 }
 
-async fn pump(sink: &mut Sink, rt: &GateRuntime, gate: &GateId) -> End {
-    match pump_inner(sink, rt, gate).await {
+async fn pump(sink: &mut Sink, framing: &mut Framing, rt: &GateRuntime, gate: &GateId) -> End {
+    match pump_inner(sink, framing, rt, gate).await {
         Ok(never) => match never {},
         Err(end) => end,
     }
@@ -152,6 +216,7 @@ async fn pump(sink: &mut Sink, rt: &GateRuntime, gate: &GateId) -> End {
 
 async fn pump_inner(
     sink: &mut Sink,
+    framing: &mut Framing,
     rt: &GateRuntime,
     gate: &GateId,
 ) -> Result<std::convert::Infallible, End> {
@@ -161,7 +226,7 @@ async fn pump_inner(
     let mut last_snapshot = Instant::now();
     loop {
         let Some(after) = cursor else {
-            cursor = send_snapshot(sink, rt, gate).await?;
+            cursor = send_snapshot(sink, framing, rt, gate).await?;
             last_snapshot = Instant::now();
             continue;
         };
@@ -175,7 +240,7 @@ async fn pump_inner(
             {
                 let mut frame = snapshot_json(&s);
                 frame["type"] = "snapshot".into();
-                send(sink, &frame).await?;
+                send(sink, framing, &frame).await?;
                 cursor = Some(s.clock);
                 continue;
             }
@@ -185,7 +250,7 @@ async fn pump_inner(
         match rt.port().updates_after(gate, after, max, deadline).await {
             Ok(GateOutcome::Evaluated(UpdateBatch::Updates(updates))) => {
                 for u in &updates {
-                    send(sink, &status_json(u)).await?;
+                    send(sink, framing, &status_json(u)).await?;
                     cursor = Some(u.clock);
                 }
             }
@@ -200,4 +265,128 @@ async fn pump_inner(
             Err(e) => return Err(End::Close(1011, e.to_string())),
         }
     }
+}
+
+/// The WebSocket subprotocol of STOMP 1.2 (seed 001: "STOMP over Websocket").
+pub const STOMP_PROTOCOL: &str = "v12.stomp";
+
+/// One received STOMP frame (only what the handshake needs).
+struct StompFrame<'a> {
+    command: &'a str,
+    headers: Vec<(&'a str, &'a str)>,
+}
+
+impl<'a> StompFrame<'a> {
+    /// Parses `COMMAND\nname:value\n...\n\nbody\0`; heart-beat EOLs before it are skipped.
+    fn parse(text: &'a str) -> Option<Self> {
+        let text = text.trim_start_matches(['\n', '\r']);
+        let head = text.split("\n\n").next()?;
+        let mut lines = head.lines().map(|l| l.trim_end_matches('\r'));
+        let command = lines.next()?.trim();
+        if command.is_empty() {
+            return None;
+        }
+        let headers = lines.filter_map(|l| l.split_once(':')).collect();
+        Some(Self { command, headers })
+    }
+
+    /// The first value of `name` (STOMP 1.2: the first one wins).
+    fn header(&self, name: &str) -> Option<&'a str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// STOMP 1.2 header escaping.
+fn stomp_escape(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('\n', "\\n")
+        .replace('\r', "\\r")
+        .replace(':', "\\c")
+}
+
+fn stomp_error(message: &str) -> Message {
+    Message::Text(
+        format!(
+            "ERROR\nmessage:{}\ncontent-type:text/plain\n\n{message}\0",
+            stomp_escape(message)
+        )
+        .into(),
+    )
+}
+
+/// STOMP 1.2 over the socket: `CONNECT` (or `STOMP`) -> `CONNECTED`, then one `SUBSCRIBE` to
+/// `/topic/gates/{gate}` (the stream's gate), then the same frames as the JSON stream, each
+/// the body of a `MESSAGE`; `DISCONNECT` is answered with its `RECEIPT`. Anything else during
+/// the handshake is an `ERROR` frame and the end of the connection (STOMP 1.2 section 5.1).
+async fn serve_stomp(mut socket: WebSocket, rt: Arc<GateRuntime>, gate: GateId) {
+    let expected = format!("/topic/gates/{gate}");
+    let handshake = async {
+        let mut connected = false;
+        loop {
+            let text = match socket.recv().await {
+                Some(Ok(Message::Text(t))) => t,
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return Err(None),
+                Some(Ok(_)) => continue,
+            };
+            let Some(frame) = StompFrame::parse(text.as_str()) else {
+                continue; // a heart-beat
+            };
+            match (connected, frame.command) {
+                (false, "CONNECT" | "STOMP") => {
+                    let accepts = frame.header("accept-version").unwrap_or("1.2");
+                    if !accepts.split(',').any(|v| v.trim() == "1.2") {
+                        return Err(Some("only STOMP 1.2 is supported".to_owned()));
+                    }
+                    let ok = Message::Text(
+                        "CONNECTED\nversion:1.2\nheart-beat:0,0\nserver:inbound-web\n\n\0".into(),
+                    );
+                    if socket.send(ok).await.is_err() {
+                        return Err(None);
+                    }
+                    connected = true;
+                }
+                (true, "SUBSCRIBE") => {
+                    let id = frame.header("id").unwrap_or_default();
+                    let destination = frame.header("destination").unwrap_or_default();
+                    if id.is_empty() {
+                        return Err(Some("SUBSCRIBE needs an id header".to_owned()));
+                    }
+                    if destination != expected {
+                        return Err(Some(format!(
+                            "this stream serves destination {expected}, not {destination:?}"
+                        )));
+                    }
+                    return Ok(Framing::Stomp {
+                        subscription: id.to_owned(),
+                        destination: expected.clone(),
+                        next_id: 0,
+                    });
+                }
+                (true, "DISCONNECT") => return Err(None),
+                (_, other) => {
+                    return Err(Some(format!("unexpected {other} frame")));
+                }
+            }
+        }
+    };
+    let framing = match tokio::time::timeout(Duration::from_secs(10), handshake).await {
+        Ok(Ok(f)) => f,
+        Ok(Err(Some(message))) => {
+            let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(stomp_error(&message))).await;
+            return;
+        }
+        Ok(Err(None)) => return,
+        Err(_) => {
+            let _ = tokio::time::timeout(
+                SEND_TIMEOUT,
+                socket.send(stomp_error("no CONNECT and SUBSCRIBE within 10 s")),
+            )
+            .await;
+            return;
+        }
+    };
+    serve(socket, framing, rt, gate).await;
 }

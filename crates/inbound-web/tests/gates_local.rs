@@ -411,3 +411,157 @@ async fn a_stream_of_an_unknown_gate_is_refused_before_the_upgrade() {
         other => panic!("expected an HTTP 404, got {other}"),
     }
 }
+
+/// The next message, whatever it is (fails after 5 s).
+async fn recv(ws: &mut Ws) -> tokio_tungstenite::tungstenite::Message {
+    tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("a frame within 5 s")
+        .expect("open")
+        .expect("frame")
+}
+
+/// The command, headers and body of a STOMP frame the server sent.
+fn stomp(m: tokio_tungstenite::tungstenite::Message) -> (String, Vec<(String, String)>, String) {
+    let text = m.into_text().expect("a text frame").as_str().to_owned();
+    let body_at = text.find("\n\n").expect("headers end");
+    let mut lines = text[..body_at].lines();
+    let command = lines.next().expect("command").to_owned();
+    let headers = lines
+        .filter_map(|l| l.split_once(':'))
+        .map(|(k, v)| (k.to_owned(), v.to_owned()))
+        .collect();
+    let body = text[body_at + 2..]
+        .strip_suffix('\0')
+        .expect("NUL-terminated")
+        .to_owned();
+    (command, headers, body)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_speaks_stomp_1_2_when_the_client_asks_for_v12_stomp() {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+
+    let mut app = App::start(GATES, &[]);
+    let client = reqwest::Client::new();
+    let mut req = format!("ws://{}/v1/gates/once/stream", app.addr)
+        .into_client_request()
+        .expect("request");
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v12.stomp".parse().expect("header"),
+    );
+    let (mut ws, resp) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("connect");
+    assert_eq!(
+        resp.headers()
+            .get("sec-websocket-protocol")
+            .map(|v| v.as_bytes()),
+        Some(&b"v12.stomp"[..])
+    );
+    ws.send(Message::text(
+        "CONNECT\naccept-version:1.2\nhost:gates\n\n\0",
+    ))
+    .await
+    .expect("send");
+    let (command, headers, _) = stomp(recv(&mut ws).await);
+    assert_eq!(command, "CONNECTED");
+    assert!(
+        headers.contains(&("version".into(), "1.2".into())),
+        "{headers:?}"
+    );
+    ws.send(Message::text(
+        "SUBSCRIBE\nid:sub-0\ndestination:/topic/gates/once\n\n\0",
+    ))
+    .await
+    .expect("send");
+    let (command, headers, body) = stomp(recv(&mut ws).await);
+    assert_eq!(command, "MESSAGE");
+    assert!(
+        headers.contains(&("subscription".into(), "sub-0".into())),
+        "{headers:?}"
+    );
+    assert!(
+        headers.contains(&("destination".into(), "/topic/gates/once".into())),
+        "{headers:?}"
+    );
+    let snap: Value = serde_json::from_str(&body).expect("JSON body");
+    assert_eq!(snap["type"], "snapshot");
+    assert_eq!(
+        submit(&client, &app, "once", json!({"key": "k", "id": "s1"}))
+            .await
+            .0,
+        202
+    );
+    let (command, _, body) = stomp(recv(&mut ws).await);
+    assert_eq!(command, "MESSAGE");
+    let status: Value = serde_json::from_str(&body).expect("JSON body");
+    assert_eq!(
+        (status["type"].as_str(), status["id"].as_str()),
+        (Some("status"), Some("s1"))
+    );
+    ws.send(Message::text("DISCONNECT\nreceipt:77\n\n\0"))
+        .await
+        .expect("send");
+    // The publication of s1 may come first; the receipt follows.
+    loop {
+        let m = recv(&mut ws).await;
+        if m.is_close() {
+            panic!("closed before the RECEIPT");
+        }
+        let (command, headers, _) = stomp(m);
+        if command == "RECEIPT" {
+            assert!(
+                headers.contains(&("receipt-id".into(), "77".into())),
+                "{headers:?}"
+            );
+            break;
+        }
+        assert_eq!(command, "MESSAGE");
+    }
+    assert!(app.terminate().success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stomp_subscription_to_another_destination_is_an_error_frame() {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
+
+    let app = App::start(GATES, &[]);
+    let mut req = format!("ws://{}/v1/gates/once/stream", app.addr)
+        .into_client_request()
+        .expect("request");
+    req.headers_mut().insert(
+        "sec-websocket-protocol",
+        "v12.stomp".parse().expect("header"),
+    );
+    let (mut ws, _) = tokio_tungstenite::connect_async(req)
+        .await
+        .expect("connect");
+    ws.send(Message::text("CONNECT\naccept-version:1.2\n\n\0"))
+        .await
+        .expect("send");
+    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("frame")
+        .expect("open")
+        .expect("frame");
+    assert_eq!(stomp(m).0, "CONNECTED");
+    ws.send(Message::text(
+        "SUBSCRIBE\nid:0\ndestination:/topic/gates/strict\n\n\0",
+    ))
+    .await
+    .expect("send");
+    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("frame")
+        .expect("open")
+        .expect("frame");
+    let (command, _, body) = stomp(m);
+    assert_eq!(command, "ERROR");
+    assert!(body.contains("/topic/gates/once"), "{body}");
+}
