@@ -113,3 +113,51 @@ async fn two_instances_share_one_gate_and_one_stream() {
     assert!(a.terminate().success());
     assert!(b.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_outage_is_503_problem_json_and_the_gate_recovers() {
+    let mut server = RedisServer::start();
+    let app = App::start(&config(server.url()), &[]);
+    let client = reqwest::Client::new();
+    assert_eq!(
+        submit(&client, &app, json!({"key": "k", "id": "before"}))
+            .await
+            .0,
+        202
+    );
+    server.stop();
+    let r = client
+        .post(app.url("/v1/gates/orders/events"))
+        .json(&json!({"key": "k2", "id": "during"}))
+        .send()
+        .await
+        .expect("POST");
+    assert_eq!(r.status().as_u16(), 503);
+    assert_eq!(
+        r.headers().get("content-type").map(|v| v.as_bytes()),
+        Some(&b"application/problem+json"[..])
+    );
+    let body: Value = r.json().await.expect("JSON");
+    assert!(
+        body["outcome"] == "unavailable" || body["outcome"] == "indeterminate",
+        "{body}"
+    );
+    let r = client
+        .get(app.url("/v1/gates/orders/snapshot"))
+        .send()
+        .await
+        .expect("GET");
+    assert_eq!(r.status().as_u16(), 503);
+    server.restart();
+    // Back within a few seconds (the pool reconnects); a retry with the same id is safe.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let (code, body) = submit(&client, &app, json!({"key": "k2", "id": "during"})).await;
+        if code == 202 || code == 200 {
+            break;
+        }
+        assert_eq!(code, 503, "{body}");
+        assert!(Instant::now() < deadline, "not recovered: {body}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
