@@ -161,3 +161,89 @@ async fn a_redis_outage_is_503_problem_json_and_the_gate_recovers() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
+
+type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// Collects (clock, id, status) of status frames until `until` or the stream ends.
+async fn collect(mut ws: Ws, until: Instant) -> Vec<(u64, String, String)> {
+    let mut out = Vec::new();
+    while let Ok(Some(Ok(m))) =
+        tokio::time::timeout(until.saturating_duration_since(Instant::now()), ws.next()).await
+    {
+        let Ok(text) = m.into_text() else { break };
+        let Ok(v) = serde_json::from_str::<Value>(text.as_str()) else {
+            break;
+        };
+        if v["type"] == "status" {
+            out.push((
+                v["clock"].as_u64().unwrap_or(0),
+                v["id"].as_str().unwrap_or("").to_owned(),
+                v["status"].as_str().unwrap_or("").to_owned(),
+            ));
+        }
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn subscribers_of_two_instances_see_the_same_updates_and_none_is_lost_when_one_dies() {
+    let server = RedisServer::start();
+    let cfg = config(server.url());
+    let a = App::start(&cfg, &[]);
+    let mut b = App::start(&cfg, &[]);
+    let client = reqwest::Client::new();
+    let connect = |addr: String| async move {
+        let url = format!("ws://{addr}/v1/gates/orders/stream");
+        tokio_tungstenite::connect_async(url)
+            .await
+            .expect("connect")
+            .0
+    };
+    let until = Instant::now() + Duration::from_secs(4);
+    let sub_a = tokio::spawn(collect(connect(a.addr.clone()).await, until));
+    let sub_b = tokio::spawn(collect(connect(b.addr.clone()).await, until));
+    // 40 events over 8 keys, alternating instances; A is killed halfway.
+    let mut submitted = Vec::new();
+    let mut a = Some(a);
+    for i in 0..40 {
+        if i == 20 {
+            drop(a.take()); // SIGKILL
+        }
+        let target = match (&a, i % 2) {
+            (Some(a), 0) => a,
+            _ => &b,
+        };
+        let id = format!("e{i}");
+        let (code, body) = submit(
+            &client,
+            target,
+            json!({"key": format!("k{}", i % 8), "id": id}),
+        )
+        .await;
+        assert!(code == 202 || code == 409, "{body}");
+        if code == 202 {
+            submitted.push(id);
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    let seen_a = sub_a.await.expect("subscriber a");
+    let seen_b = sub_b.await.expect("subscriber b");
+    // Same updates, same clock order: A's view is a prefix of B's.
+    assert!(!seen_a.is_empty());
+    assert_eq!(seen_a[..], seen_b[..seen_a.len()]);
+    assert!(seen_b.windows(2).all(|w| w[0].0 < w[1].0));
+    // Every submitted event ends published or invalidated exactly once.
+    for id in &submitted {
+        let terminal: Vec<&str> = seen_b
+            .iter()
+            .filter(|(_, i, s)| i == id && s != "submitted")
+            .map(|(_, _, s)| s.as_str())
+            .collect();
+        assert!(
+            terminal == ["published"] || terminal == ["invalidated"],
+            "{id}: {terminal:?}"
+        );
+    }
+    assert!(b.terminate().success());
+}
