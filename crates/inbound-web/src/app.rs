@@ -90,38 +90,54 @@ pub fn router_with_gates(
     api.with_state(state).merge(crate::gates::router(gates))
 }
 
-/// Serves `router` on `listener` until SIGTERM or SIGINT, then drains in-flight requests.
+/// Serves `router` on `listener` until `shutdown` resolves, then drains in-flight requests.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
-pub async fn serve(listener: tokio::net::TcpListener, router: Router) -> std::io::Result<()> {
+pub async fn serve(
+    listener: tokio::net::TcpListener,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
     axum::serve(
         listener,
         router.into_make_service_with_connect_info::<SocketAddr>(),
     )
-    .with_graceful_shutdown(shutdown_signal())
+    .with_graceful_shutdown(shutdown)
     .await
 }
 
-/// Resolves on the first SIGTERM or SIGINT.
-pub async fn shutdown_signal() {
-    let ctrl_c = async {
-        let _ = tokio::signal::ctrl_c().await;
-    };
+/// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on the
+/// first of them.
+///
+/// Installing happens before the server says it is listening: a handler registered lazily,
+/// on the future's first poll, would leave a window in which SIGTERM still kills the process
+/// with the default action instead of draining it.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     #[cfg(unix)]
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
-            Ok(mut s) => {
-                s.recv().await;
+    {
+        use tokio::signal::unix::{SignalKind, signal};
+        let term = signal(SignalKind::terminate()).ok();
+        let int = signal(SignalKind::interrupt()).ok();
+        async move {
+            let wait = |s: Option<tokio::signal::unix::Signal>| async move {
+                match s {
+                    Some(mut s) => {
+                        s.recv().await;
+                    }
+                    None => std::future::pending::<()>().await,
+                }
+            };
+            tokio::select! {
+                () = wait(term) => {},
+                () = wait(int) => {},
             }
-            Err(_) => std::future::pending::<()>().await,
+            tracing::info!("shutdown signal received; draining in-flight requests");
         }
-    };
-    #[cfg(not(unix))]
-    let term = std::future::pending::<()>();
-    tokio::select! {
-        () = ctrl_c => {},
-        () = term => {},
     }
-    tracing::info!("shutdown signal received; draining in-flight requests");
+    #[cfg(not(unix))]
+    async {
+        let _ = tokio::signal::ctrl_c().await;
+        tracing::info!("shutdown signal received; draining in-flight requests");
+    }
 }
