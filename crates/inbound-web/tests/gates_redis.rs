@@ -247,3 +247,65 @@ async fn subscribers_of_two_instances_see_the_same_updates_and_none_is_lost_when
     }
     assert!(b.terminate().success());
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_seed_example_gives_the_seed_answers_on_redis_in_both_modes() {
+    let server = RedisServer::start();
+    let cfg = config(server.url()).replace(
+        "[event_gates.orders]\nmode = \"strictly_once\"\nduration = \"400ms\"",
+        "[event_gates.once]\nmode = \"only_once\"\nduration = \"600ms\"\n\n\
+         [event_gates.strict]\nmode = \"strictly_once\"\nduration = \"600ms\"",
+    );
+    let mut app = App::start(&cfg, &[]);
+    let client = reqwest::Client::new();
+    let post = |gate: &'static str, key: &'static str, id: &'static str| {
+        let client = client.clone();
+        let url = app.url(&format!("/v1/gates/{gate}/events"));
+        async move {
+            let r = client
+                .post(url)
+                .json(&json!({"key": key, "id": id}))
+                .send()
+                .await
+                .expect("POST");
+            r.status().as_u16()
+        }
+    };
+    // Seed units of 200 ms; the last event at 8 units instead of 7 (see gates_local.rs).
+    let events = [
+        (1, "apple", "a1"),
+        (2, "taco", "t2"),
+        (3, "taco", "t3"),
+        (4, "taco", "t4"),
+        (8, "taco", "t7"),
+    ];
+    let start = Instant::now();
+    let mut codes = Vec::new();
+    for (at, key, id) in events {
+        tokio::time::sleep_until((start + Duration::from_millis(at * 200)).into()).await;
+        codes.push((post("once", key, id).await, post("strict", key, id).await));
+    }
+    assert_eq!(
+        codes,
+        [(202, 202), (202, 202), (409, 409), (409, 409), (202, 202)]
+    );
+    tokio::time::sleep_until((start + Duration::from_millis(11 * 200 + 400)).into()).await;
+    for (gate, id, want) in [
+        ("once", "a1", "published"),
+        ("once", "t2", "published"),
+        ("once", "t7", "published"),
+        ("strict", "a1", "published"),
+        ("strict", "t2", "invalidated"),
+        ("strict", "t7", "published"),
+    ] {
+        let r = client
+            .get(app.url(&format!("/v1/gates/{gate}/events/{id}")))
+            .send()
+            .await
+            .expect("GET");
+        assert_eq!(r.status().as_u16(), 200, "{gate}/{id}");
+        let body: Value = r.json().await.expect("JSON");
+        assert_eq!(body["status"], want, "{gate}/{id}: {body}");
+    }
+    assert!(app.terminate().success());
+}
