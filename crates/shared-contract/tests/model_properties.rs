@@ -217,6 +217,28 @@ fn run(
     Ok(admitted)
 }
 
+/// Over every interval between two admissions, the admitted cost stays within
+/// `burst + floor(t * amount / per_ms)`: the envelope of a token bucket or a GCRA.
+fn check_envelope(
+    admitted: &[Admission],
+    burst: u64,
+    amount: u64,
+    per_ms: u64,
+) -> Result<(), String> {
+    for (i, first) in admitted.iter().enumerate() {
+        let mut sum = 0u128;
+        for later in &admitted[i..] {
+            sum += u128::from(later.cost);
+            let t = u128::from(later.at - first.at);
+            let bound = u128::from(burst) + t * u128::from(amount) / u128::from(per_ms);
+            if sum > bound {
+                return Err(format!("{sum} > {bound} over {t} ms"));
+            }
+        }
+    }
+    Ok(())
+}
+
 fn start_time() -> impl Strategy<Value = u64> {
     prop_oneof![
         4 => 1_600_000_000_000u64..2_100_000_000_000,
@@ -323,15 +345,8 @@ proptest! {
     ) {
         let Algorithm::TokenBucket(tb) = *p.algorithm() else { return Ok(()) };
         let admitted = run(&p, start, &steps).expect("in range");
-        for i in 0..admitted.len() {
-            let mut sum = 0u128;
-            for j in i..admitted.len() {
-                sum += u128::from(admitted[j].cost);
-                let t = u128::from(admitted[j].at - admitted[i].at);
-                let bound = u128::from(tb.capacity())
-                    + t * u128::from(tb.refill_amount()) / u128::from(tb.refill_interval_ms());
-                prop_assert!(sum <= bound, "{sum} > {bound} over {t} ms");
-            }
+        if let Err(e) = check_envelope(&admitted, tb.capacity(), tb.refill_amount(), tb.refill_interval_ms()) {
+            prop_assert!(false, "{e}");
         }
     }
 
@@ -341,15 +356,8 @@ proptest! {
     ) {
         let Algorithm::Gcra(g) = *p.algorithm() else { return Ok(()) };
         let admitted = run(&p, start, &steps).expect("in range");
-        for i in 0..admitted.len() {
-            let mut sum = 0u128;
-            for j in i..admitted.len() {
-                sum += u128::from(admitted[j].cost);
-                let t = u128::from(admitted[j].at - admitted[i].at);
-                let bound = u128::from(g.burst())
-                    + t * u128::from(g.limit()) / u128::from(g.period_ms());
-                prop_assert!(sum <= bound, "{sum} > {bound} over {t} ms");
-            }
+        if let Err(e) = check_envelope(&admitted, g.burst(), g.limit(), g.period_ms()) {
+            prop_assert!(false, "{e}");
         }
         // And the envelope is reached: from empty state a full burst goes through at once.
         let mut state = None;
