@@ -16,7 +16,7 @@ pub enum Error {
     InvalidUrl { reason: String },
     /// The URL names a transport this build does not speak (TLS, unix sockets).
     #[error(
-        "rate_limit.redis.url: scheme {scheme:?} is not supported by this build; use redis://host:port/db"
+        "rate_limit.redis.url: scheme {scheme:?} is not supported by this build; use redis://host:port/db or rediss://host:port/db"
     )]
     UnsupportedScheme { scheme: String },
     /// `command_timeout` must be positive and at most [`crate::RedisSettings::MAX_COMMAND_TIMEOUT`].
@@ -43,6 +43,12 @@ pub enum Error {
         "rate_limit.redis.key_prefix: must be 1..=32 characters of [A-Za-z0-9_.-], got {got:?}"
     )]
     KeyPrefix { got: String },
+    /// A TLS setting is missing or its file cannot be used (the key is under `rate_limit.redis`).
+    #[error("rate_limit.redis.{key}: {reason}")]
+    Tls { key: &'static str, reason: String },
+    /// `username`/`password` cannot be combined with the URL's own credentials, or are empty.
+    #[error("rate_limit.redis.{key}: {reason}")]
+    Credentials { key: &'static str, reason: String },
     /// A gate provider tunable is out of range (`RedisGateSettings`).
     #[error("event_gates.redis.{field}: out of range, got {got}")]
     GateSetting { field: &'static str, got: String },

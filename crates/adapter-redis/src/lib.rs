@@ -35,7 +35,9 @@ pub mod keys;
 pub mod programs;
 pub mod provider;
 pub mod reply;
+pub mod tls;
 
 pub use error::Error;
 pub use gate::{RedisGateProvider, RedisGateSettings};
 pub use provider::{RedisProvider, RedisSettings};
+pub use tls::TlsFiles;

@@ -51,6 +51,7 @@ use crate::failure::{self, Failure};
 use crate::keys::{PolicyKeys, check_prefix};
 use crate::programs::{self, Program};
 use crate::reply;
+use crate::tls::{self, Tls, TlsFiles};
 
 /// How to reach Redis and how much to ask of it.
 #[derive(Clone)]
@@ -74,6 +75,12 @@ pub struct RedisSettings {
     pub retry_after: Duration,
     /// Longest pause between two reconnection attempts.
     pub reconnect_backoff_max: Duration,
+    /// CA and optional client certificate for `rediss://` (required there, refused otherwise).
+    pub tls: TlsFiles,
+    /// ACL user name; overrides none in the URL (giving both is refused).
+    pub username: Option<String>,
+    /// ACL password (from a file or the environment); never printed.
+    pub password: Option<String>,
 }
 
 impl RedisSettings {
@@ -96,6 +103,9 @@ impl RedisSettings {
             connections: 1,
             retry_after: Duration::from_secs(1),
             reconnect_backoff_max: Duration::from_millis(250),
+            tls: TlsFiles::default(),
+            username: None,
+            password: None,
         }
     }
 
@@ -125,28 +135,79 @@ impl RedisSettings {
         }
         check_prefix(&self.key_prefix)?;
         let scheme = self.url.split("://").next().unwrap_or_default();
-        if scheme != "redis" {
-            return Err(Error::UnsupportedScheme {
-                scheme: scheme.chars().take(16).collect(),
+        let secure = match scheme {
+            "redis" => false,
+            "rediss" => true,
+            _ => {
+                return Err(Error::UnsupportedScheme {
+                    scheme: scheme.chars().take(16).collect(),
+                });
+            }
+        };
+        if !secure && self.tls.any() {
+            return Err(Error::Tls {
+                key: "tls_ca_file",
+                reason: "TLS files are set but the URL is redis://; use rediss://".to_owned(),
             });
         }
-        let info = self
-            .url
-            .as_str()
-            .into_connection_info()
-            .map_err(|e| Error::InvalidUrl {
-                reason: e.detail().unwrap_or_else(|| e.category()).to_owned(),
-            })?;
-        match info.addr() {
-            ConnectionAddr::Tcp(host, port) => Ok(Endpoint {
-                host: host.clone(),
-                port: *port,
-                info,
-            }),
-            _ => Err(Error::UnsupportedScheme {
-                scheme: scheme.to_owned(),
-            }),
+        // The driver parses `rediss://` only when built with its own TLS; this crate does the
+        // TLS itself, so the rest of the URL is parsed as `redis://`.
+        let plain_url = match self.url.strip_prefix("rediss://") {
+            Some(rest) => format!("redis://{rest}"),
+            None => self.url.clone(),
+        };
+        let mut info =
+            plain_url
+                .as_str()
+                .into_connection_info()
+                .map_err(|e| Error::InvalidUrl {
+                    reason: e.detail().unwrap_or_else(|| e.category()).to_owned(),
+                })?;
+        let (host, port) = match info.addr() {
+            ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+            _ => {
+                return Err(Error::UnsupportedScheme {
+                    scheme: scheme.to_owned(),
+                });
+            }
+        };
+        let mut redis_info = info.redis_settings().clone();
+        if let Some(user) = &self.username {
+            if user.is_empty() {
+                return Err(Error::Credentials {
+                    key: "username",
+                    reason: "must not be empty".to_owned(),
+                });
+            }
+            if redis_info.username().is_some() {
+                return Err(Error::Credentials {
+                    key: "username",
+                    reason: "the URL already names a user; give it in one place".to_owned(),
+                });
+            }
+            redis_info = redis_info.set_username(user);
         }
+        if let Some(password) = &self.password {
+            if redis_info.password().is_some() {
+                return Err(Error::Credentials {
+                    key: "password",
+                    reason: "the URL already holds a password; give it in one place".to_owned(),
+                });
+            }
+            redis_info = redis_info.set_password(password);
+        }
+        info = info.set_redis_settings(redis_info);
+        let tls = if secure {
+            Some(tls::build(&self.tls, &host)?)
+        } else {
+            None
+        };
+        Ok(Endpoint {
+            host,
+            port,
+            info,
+            tls,
+        })
     }
 }
 
@@ -166,6 +227,9 @@ impl fmt::Debug for RedisSettings {
             .field("connections", &self.connections)
             .field("retry_after", &self.retry_after)
             .field("reconnect_backoff_max", &self.reconnect_backoff_max)
+            .field("tls", &self.tls)
+            .field("username", &self.username)
+            .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .finish()
     }
 }
@@ -174,6 +238,7 @@ struct Endpoint {
     host: String,
     port: u16,
     info: redis::ConnectionInfo,
+    tls: Option<Tls>,
 }
 
 /// Everything one policy needs per request, computed once.
@@ -622,14 +687,42 @@ async fn open(
         let _ = stream.set_nodelay(true);
         let config = AsyncConnectionConfig::new()
             .set_pipeline_buffer_size(settings.max_in_flight.clamp(64, 8192));
-        MultiplexedConnection::new_with_config(endpoint.info.redis_settings(), stream, config)
+        let handshake_failed = |e: redis::RedisError| {
+            Attempt::Down(format!(
+                "handshake with {}:{}: {e}",
+                endpoint.host, endpoint.port
+            ))
+        };
+        match &endpoint.tls {
+            None => MultiplexedConnection::new_with_config(
+                endpoint.info.redis_settings(),
+                stream,
+                config,
+            )
             .await
-            .map_err(|e| {
-                Attempt::Down(format!(
-                    "handshake with {}:{}: {e}",
-                    endpoint.host, endpoint.port
-                ))
-            })
+            .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
+            .map_err(handshake_failed),
+            Some(tls) => {
+                let stream = tls
+                    .connector
+                    .connect(tls.server_name.clone(), stream)
+                    .await
+                    .map_err(|e| {
+                        Attempt::Down(format!(
+                            "TLS handshake with {}:{}: {e}",
+                            endpoint.host, endpoint.port
+                        ))
+                    })?;
+                MultiplexedConnection::new_with_config(
+                    endpoint.info.redis_settings(),
+                    stream,
+                    config,
+                )
+                .await
+                .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
+                .map_err(handshake_failed)
+            }
+        }
     };
     let (conn, driver) = tokio::time::timeout(settings.connect_timeout, attempt)
         .await
@@ -676,6 +769,9 @@ async fn open(
         }
     }
 }
+
+/// The task that reads replies for a connection (plain or TLS).
+type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
 enum Attempt {
     Down(String),
@@ -861,12 +957,8 @@ mod tests {
     }
 
     #[test]
-    fn tls_and_unix_urls_are_refused_by_scheme() {
-        for url in [
-            "rediss://127.0.0.1:6380/0",
-            "redis+unix:///tmp/r.sock",
-            "unix:///tmp/r.sock",
-        ] {
+    fn unix_urls_are_refused_by_scheme() {
+        for url in ["redis+unix:///tmp/r.sock", "unix:///tmp/r.sock"] {
             match RedisSettings::new(url).validate() {
                 Err(Error::UnsupportedScheme { .. }) => {}
                 other => panic!("{url}: {:?}", other.err()),

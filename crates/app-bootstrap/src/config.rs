@@ -397,6 +397,9 @@ const REDIS_KEYS: &[&str] = &[
     "username",
     "password",
     "password_file",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
 ];
 const LOCAL_KEYS: &[&str] = &["max_keys"];
 const BREAKER_KEYS: &[&str] = &["enabled", "failure_threshold", "cool_down"];
@@ -795,6 +798,10 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
         None => password_inline,
     };
 
+    let tls_ca_file = c.string(&join(P, "tls_ca_file"), d.get("tls_ca_file"));
+    let tls_cert_file = c.string(&join(P, "tls_cert_file"), d.get("tls_cert_file"));
+    let tls_key_file = c.string(&join(P, "tls_key_file"), d.get("tls_key_file"));
+
     let defaults = RedisSettings::new("");
     let command_timeout = c
         .positive_duration(&join(P, "command_timeout"), d.get("command_timeout"))
@@ -843,11 +850,15 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
     if c.problems.len() != before {
         return None;
     }
-    let mut url = url?;
-    if username.is_some() || password.is_some() {
-        url = with_credentials(&url, username.as_deref(), password.as_deref());
-    }
+    let url = url?;
     let mut redis = RedisSettings::new(url);
+    redis.username = username;
+    redis.password = password;
+    redis.tls = adapter_redis::TlsFiles {
+        ca_file: tls_ca_file.map(Into::into),
+        cert_file: tls_cert_file.map(Into::into),
+        key_file: tls_key_file.map(Into::into),
+    };
     redis.command_timeout = command_timeout;
     redis.connect_timeout = connect_timeout;
     redis.retry_after = retry_after;
@@ -874,13 +885,7 @@ fn check_url(c: &mut Check, url: String) -> Option<String> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
         Some("redis") => {}
-        Some("rediss") => {
-            c.push(
-                P,
-                "rediss:// (TLS) is not supported by this build yet; use redis://host:port/db",
-            );
-            return None;
-        }
+        Some("rediss") => {}
         _ => {
             c.push(P, "must be a URL such as \"redis://127.0.0.1:6379/0\" (value not shown: it may hold a password)");
             return None;
@@ -901,7 +906,10 @@ fn check_url(c: &mut Check, url: String) -> Option<String> {
 /// optional numeric port, an optional numeric database. The provider parses it fully.
 mod redis_url_check {
     pub fn parses(url: &str) -> bool {
-        let Some(rest) = url.strip_prefix("redis://") else {
+        let Some(rest) = url
+            .strip_prefix("redis://")
+            .or_else(|| url.strip_prefix("rediss://"))
+        else {
             return false;
         };
         let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
@@ -914,29 +922,6 @@ mod redis_url_check {
         let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok());
         !host.is_empty() && db_ok && port_ok
     }
-}
-
-fn with_credentials(url: &str, username: Option<&str>, password: Option<&str>) -> String {
-    let rest = url.strip_prefix("redis://").unwrap_or(url);
-    let host = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-    let user = username.unwrap_or("");
-    match password {
-        Some(p) => format!("redis://{}:{}@{host}", encode(user), encode(p)),
-        None => format!("redis://{}@{host}", encode(user)),
-    }
-}
-
-/// Percent-encodes what may not appear in a URL's userinfo.
-fn encode(s: &str) -> String {
-    let mut out = String::with_capacity(s.len());
-    for b in s.bytes() {
-        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
-            out.push(b as char);
-        } else {
-            out.push_str(&format!("%{b:02X}"));
-        }
-    }
-    out
 }
 
 /// The valid policies, and the ids of every policy table (valid or not), so that references

@@ -64,6 +64,8 @@ pub struct EnabledSettings {
 }
 
 /// Which provider answers.
+// Built once at start-up; boxing the redis settings would buy nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
 pub enum ProviderSettings {
     Local,
