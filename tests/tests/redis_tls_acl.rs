@@ -273,3 +273,33 @@ async fn a_least_privilege_acl_user_from_settings_is_enough_and_a_wrong_password
         }
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_evicting_maxmemory_policy_is_refused_under_strict_and_only_warned_otherwise() {
+    let server = RedisServer::start_with(&["--maxmemory-policy", "allkeys-lru"]);
+    let mut s = RedisSettings::new(server.url());
+    s.command_timeout = Duration::from_millis(500);
+    let lenient = provider(s.clone()).await;
+    enforces(&lenient, 7).await;
+
+    s.strict_eviction_policy = true;
+    let strict = provider(s).await;
+    let outcome = strict.evaluate(request(8)).await.expect("valid request");
+    assert!(
+        matches!(outcome, RateLimitOutcome::Incompatible { .. }),
+        "{outcome:?}"
+    );
+    match strict.readiness().await {
+        shared_contract::Readiness::NotReady(why) => {
+            assert!(why.contains("allkeys-lru"), "{why}");
+        }
+        other => panic!("strict provider on allkeys-lru must not be ready: {other:?}"),
+    }
+
+    // noeviction is fine even under strict.
+    let safe = RedisServer::start_with(&["--maxmemory-policy", "noeviction"]);
+    let mut s = RedisSettings::new(safe.url());
+    s.command_timeout = Duration::from_millis(500);
+    s.strict_eviction_policy = true;
+    enforces(&provider(s).await, 9).await;
+}

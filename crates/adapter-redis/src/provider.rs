@@ -81,6 +81,9 @@ pub struct RedisSettings {
     pub username: Option<String>,
     /// ACL password (from a file or the environment); never printed.
     pub password: Option<String>,
+    /// Refuse a server whose `maxmemory-policy` is `allkeys-*` (it evicts limiter state
+    /// silently, which under-counts and over-admits) instead of only warning.
+    pub strict_eviction_policy: bool,
 }
 
 impl RedisSettings {
@@ -106,6 +109,7 @@ impl RedisSettings {
             tls: TlsFiles::default(),
             username: None,
             password: None,
+            strict_eviction_policy: false,
         }
     }
 
@@ -230,6 +234,7 @@ impl fmt::Debug for RedisSettings {
             .field("tls", &self.tls)
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
+            .field("strict_eviction_policy", &self.strict_eviction_policy)
             .finish()
     }
 }
@@ -752,6 +757,7 @@ async fn open(
     let setup = async {
         let mut conn = link.conn.clone();
         check_version(&mut conn).await?;
+        check_eviction_policy(&mut conn, settings.strict_eviction_policy).await?;
         preload(&mut conn, scripts).await
     };
     let checked = tokio::time::timeout(settings.connect_timeout, setup)
@@ -828,6 +834,51 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> 
             "server version {version} is older than {}.{}, the programs' minimum",
             needed.0, needed.1
         )));
+    }
+    Ok(())
+}
+
+/// An `allkeys-*` eviction policy may drop limiter state under memory pressure: a dropped
+/// counter starts again from zero and admits beyond the limit. `noeviction` is safe (writes are
+/// refused with `OOM`, classified `Unavailable`), `volatile-*` may still evict (every limiter
+/// key has a TTL) but only under pressure and nearest-expiry first. Where `CONFIG` is not
+/// permitted the check is skipped.
+async fn check_eviction_policy(
+    conn: &mut MultiplexedConnection,
+    strict: bool,
+) -> Result<(), Attempt> {
+    let reply = conn
+        .send_packed_command(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
+        .await;
+    let policy = match reply {
+        Ok(Value::Array(items)) | Ok(Value::Set(items)) if items.len() == 2 => match &items[1] {
+            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
+            _ => return Ok(()),
+        },
+        Ok(Value::Map(pairs)) => match pairs.first() {
+            Some((_, Value::BulkString(b))) => String::from_utf8_lossy(b).into_owned(),
+            _ => return Ok(()),
+        },
+        Err(e) if e.code().is_none() => {
+            return Err(Attempt::Down(format!("CONFIG GET maxmemory-policy: {e}")));
+        }
+        _ => {
+            tracing::info!("CONFIG GET refused or unexpected (ACL?); eviction policy not checked");
+            return Ok(());
+        }
+    };
+    if policy.starts_with("allkeys-") {
+        let why = format!(
+            "maxmemory-policy is {policy}: under memory pressure Redis evicts limiter state \
+             silently, counts restart from zero and requests are admitted beyond their limits; \
+             use noeviction (or volatile-ttl)"
+        );
+        if strict {
+            return Err(Attempt::Incompatible(format!(
+                "{why} (refused: strict_eviction_policy = true)"
+            )));
+        }
+        tracing::warn!("{why}");
     }
     Ok(())
 }

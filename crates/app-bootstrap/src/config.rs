@@ -400,6 +400,7 @@ const REDIS_KEYS: &[&str] = &[
     "tls_ca_file",
     "tls_cert_file",
     "tls_key_file",
+    "strict_eviction_policy",
 ];
 const LOCAL_KEYS: &[&str] = &["max_keys"];
 const BREAKER_KEYS: &[&str] = &["enabled", "failure_threshold", "cool_down"];
@@ -802,6 +803,13 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
     let tls_cert_file = c.string(&join(P, "tls_cert_file"), d.get("tls_cert_file"));
     let tls_key_file = c.string(&join(P, "tls_key_file"), d.get("tls_key_file"));
 
+    let strict_eviction_policy = c
+        .bool(
+            &join(P, "strict_eviction_policy"),
+            d.get("strict_eviction_policy"),
+        )
+        .unwrap_or(false);
+
     let defaults = RedisSettings::new("");
     let command_timeout = c
         .positive_duration(&join(P, "command_timeout"), d.get("command_timeout"))
@@ -853,6 +861,7 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
     let url = url?;
     let mut redis = RedisSettings::new(url);
     redis.username = username;
+    redis.strict_eviction_policy = strict_eviction_policy;
     redis.password = password;
     redis.tls = adapter_redis::TlsFiles {
         ca_file: tls_ca_file.map(Into::into),
