@@ -5,3 +5,4 @@ pub mod cluster;
 pub mod conformance;
 pub mod lua;
 pub mod redis_server;
+pub mod redis_target;

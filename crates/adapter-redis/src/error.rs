@@ -11,14 +11,25 @@ use std::time::Duration;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// `url` does not parse as a Redis URL. The URL itself is not echoed: it may hold a password.
-    #[error("rate_limit.redis.url: not a valid Redis URL ({reason})")]
-    InvalidUrl { reason: String },
-    /// The URL names a transport this build does not speak (TLS, unix sockets).
+    /// A URL (`url`, `nodes[i]`, `sentinels[i]`) does not parse as a Redis URL. The URL itself
+    /// is not echoed: it may hold a password.
+    #[error("rate_limit.redis.{key}: not a valid Redis URL ({reason})")]
+    InvalidUrl { key: String, reason: String },
+    /// A URL names a transport this build does not speak (unix sockets, unknown schemes).
     #[error(
-        "rate_limit.redis.url: scheme {scheme:?} is not supported by this build; use redis://host:port/db or rediss://host:port/db"
+        "rate_limit.redis.{key}: scheme {scheme:?} is not supported by this build; use redis://host:port/db or rediss://host:port/db"
     )]
-    UnsupportedScheme { scheme: String },
+    UnsupportedScheme { key: String, scheme: String },
+    /// The topology settings do not fit together (missing seed nodes or sentinels, mixed
+    /// `redis://`/`rediss://`, a database other than 0 on a cluster, ...).
+    #[error("rate_limit.redis.{key}: {reason}")]
+    Topology { key: &'static str, reason: String },
+    /// `min_replicas_ack` is beyond what a deployment can have.
+    #[error(
+        "rate_limit.redis.min_replicas_ack: must be at most {max}, got {got}",
+        max = crate::RedisSettings::MAX_REPLICAS_ACK
+    )]
+    MinReplicasAck { got: u32 },
     /// `command_timeout` must be positive and at most [`crate::RedisSettings::MAX_COMMAND_TIMEOUT`].
     #[error("rate_limit.redis.command_timeout: must be between 1 ms and {max:?}, got {got:?}")]
     CommandTimeout { got: Duration, max: Duration },

@@ -13,7 +13,9 @@
 //! | program manifests, embedded sources, arguments | [`programs`] |
 //! | the strict reply parser (pure) | [`reply`] |
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
-//! | settings, supervised connections, the port | [`provider`] |
+//! | settings, topology, the port | [`provider`] |
+//! | supervised connections to one node | `connection` |
+//! | topologies (standalone, Sentinel, Cluster) and running a program | `pool`, `sentinel`, `cluster` |
 //! | the crate's error type | [`error`] |
 //! | the event-gate provider (second port) | [`gate`] |
 //!
@@ -26,18 +28,22 @@
 //!
 //! | feature | default | what |
 //! | --- | --- | --- |
-//! | (none) | | plain TCP `redis://` standalone servers; TLS, Sentinel and Cluster are not built yet |
+//! | (none) | | `redis://` and `rediss://` (TLS, mutual TLS); standalone, Sentinel and Cluster topologies |
 
+mod cluster;
+mod connection;
 pub mod error;
 pub mod failure;
 pub mod gate;
 pub mod keys;
+mod pool;
 pub mod programs;
 pub mod provider;
 pub mod reply;
+mod sentinel;
 pub mod tls;
 
 pub use error::Error;
 pub use gate::{RedisGateProvider, RedisGateSettings};
-pub use provider::{RedisProvider, RedisSettings};
+pub use provider::{RedisProvider, RedisSettings, Topology};
 pub use tls::TlsFiles;

@@ -1,63 +1,98 @@
-//! The Redis provider: settings, the supervised connections, and `EdgeRateLimitPort`.
+//! The Redis provider: settings, topology, and `EdgeRateLimitPort`.
 //!
 //! ## Connections
 //!
-//! The provider holds `connections` multiplexed connections (default 1): every request is
-//! pipelined on one socket with the others in flight, so there is no per-call connection
-//! setup and no pool checkout. Each connection has a supervisor task that connects (with
-//! `connect_timeout`), checks the server version (Redis >= 7.0, the programs' manifest),
-//! preloads the programs with `SCRIPT LOAD`, and then watches the connection's driver: when the
-//! driver ends (server gone, reset, EOF) the connection is marked down *at once* and the
-//! supervisor reconnects with a backoff capped at `reconnect_backoff_max` (250 ms by default,
-//! so a restarted server is used again well within a second).
+//! The provider holds `connections` multiplexed connections (default 1) to each master it
+//! uses (see [`crate::pool`] for the topologies): every request is pipelined on one socket
+//! with the others in flight, so there is no per-call connection setup and no pool checkout.
+//! Supervisor tasks connect (with `connect_timeout`), check the server (Redis >= 7.0, a
+//! master, its eviction policy), preload the programs with `SCRIPT LOAD`, and replace a
+//! connection at once when it ends, is stuck or stops being the master ([`crate::connection`]).
 //!
 //! [`RedisProvider::connect`] never fails because the server is unreachable: it waits at most
-//! `connect_timeout` for the first connection and returns either way. Until a connection is up
-//! every evaluation is `Unavailable(connect)` (nothing is sent) and `readiness()` says why; a
-//! service can therefore start before its Redis and becomes ready when Redis does.
+//! about `connect_timeout` for the first connection and returns either way. Until a connection
+//! is up every evaluation is `Unavailable(connect)` (nothing is sent) and `readiness()` says
+//! why; a service can therefore start before its Redis and becomes ready when Redis does.
 //!
 //! ## Least privilege
 //!
 //! A dedicated ACL user needs only `~<key_prefix>:* +evalsha +eval +script|load +ping +time
-//! +get +set` (the programs call `TIME`, `GET` and `SET`). `INFO` is optional: without it
-//! the server version check is skipped. Credentials come from the URL
-//! (`redis://user:password@host:port/db`); a refused login leaves the connection down
-//! (`Unavailable(connect)`), a refused command or key is `Incompatible(program)`.
+//! +get +set` (the programs call `TIME`, `GET` and `SET`); a cluster also `+cluster|slots`,
+//! and `min_replicas_ack` `+wait`. `INFO`, `ROLE` and `CONFIG GET` are optional: without
+//! them the server version, role and eviction checks are skipped. A refused login leaves the
+//! connection down (`Unavailable(connect)`), a refused command or key is
+//! `Incompatible(program)`.
 //!
 //! ## At most once
 //!
 //! The driver is used without any retry: a command is handed to the connection once, and a
 //! timeout or a broken connection after that is reported as `Indeterminate`, never resent
-//! (see [`crate::failure`]). The only second command of a request is the `EVAL` after a
-//! `NOSCRIPT` reply, which the server answers only when it ran nothing.
+//! (see [`crate::failure`]). A program is sent again only after a reply proving it did not
+//! run (`NOSCRIPT`, `MOVED`, `ASK`).
+//!
+//! ## `min_replicas_ack`
+//!
+//! With `min_replicas_ack = n`, each program is followed by `WAIT n <command_timeout / 2>` in
+//! the same write. An allow whose writes fewer than `n` replicas acknowledged is reported
+//! `Indeterminate` (it consumed quota on the master, but a failover now could lose that, and
+//! an allow that may be forgotten is exactly the over-admission this setting exists to
+//! prevent). A denial consumed nothing, so it stands.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, Cmd, ConnectionAddr, IntoConnectionInfo, Value};
+use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 use shared_contract::{
-    EdgeRateLimitPort, IncompatibleCategory, PolicyId, PolicySet, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, Readiness, RequestError, UnavailableCategory,
+    EdgeRateLimitPort, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
+    Readiness, RequestError, UnavailableCategory,
 };
-use tokio::sync::{Notify, Semaphore, watch};
-use tokio::task::JoinHandle;
+use tokio::sync::Semaphore;
 
+use crate::connection::{Access, Endpoint, Script, Setup};
 use crate::error::Error;
-use crate::failure::{self, Failure};
-use crate::keys::{PolicyKeys, check_prefix};
-use crate::programs::{self, Program};
+use crate::failure::Failure;
+use crate::keys::{PolicyKeys, check_prefix, hash_slot};
+use crate::pool::Pool;
+use crate::programs;
 use crate::reply;
-use crate::tls::{self, Tls, TlsFiles};
+use crate::tls::{self, TlsFiles};
+
+/// Where the Redis servers are.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Topology {
+    /// One server at [`RedisSettings::url`].
+    #[default]
+    Standalone,
+    /// The master Sentinel reports for `master_name`, resolved again on every failover.
+    Sentinel {
+        master_name: String,
+        /// `redis://[user:password@]host:port` of each sentinel (their own credentials).
+        sentinels: Vec<String>,
+    },
+    /// A Redis Cluster, found through its seed `nodes` (`redis://host:port`, database 0).
+    Cluster { nodes: Vec<String> },
+}
+
+impl Topology {
+    /// `standalone`, `sentinel` or `cluster`.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            Topology::Standalone => "standalone",
+            Topology::Sentinel { .. } => "sentinel",
+            Topology::Cluster { .. } => "cluster",
+        }
+    }
+}
 
 /// How to reach Redis and how much to ask of it.
 #[derive(Clone)]
 pub struct RedisSettings {
-    /// `redis://[user:password@]host:port/db`.
+    /// `redis://[user:password@]host:port/db` (or `rediss://`); standalone only.
     pub url: String,
+    /// Standalone (default), Sentinel or Cluster.
+    pub topology: Topology,
     /// Longest wait for one evaluation's reply once dispatched; beyond it: `Indeterminate`.
     /// A caller deadline shorter than this is refused up front (`Unavailable(deadline)`).
     pub command_timeout: Duration,
@@ -68,7 +103,7 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Longest wait for one connection attempt (TCP connect and handshake).
     pub connect_timeout: Duration,
-    /// Multiplexed connections to spread requests over (default 1).
+    /// Multiplexed connections to spread requests over, per master (default 1).
     pub connections: usize,
     /// The retry hint of `Unavailable` (except `clock`, which carries the program's own) and
     /// of `Indeterminate`.
@@ -77,13 +112,16 @@ pub struct RedisSettings {
     pub reconnect_backoff_max: Duration,
     /// CA and optional client certificate for `rediss://` (required there, refused otherwise).
     pub tls: TlsFiles,
-    /// ACL user name; overrides none in the URL (giving both is refused).
+    /// ACL user name of the data nodes; overrides none in the URL (giving both is refused).
     pub username: Option<String>,
     /// ACL password (from a file or the environment); never printed.
     pub password: Option<String>,
     /// Refuse a server whose `maxmemory-policy` is `allkeys-*` (it evicts limiter state
     /// silently, which under-counts and over-admits) instead of only warning.
     pub strict_eviction_policy: bool,
+    /// Replicas that must acknowledge each program's writes (`WAIT`) before an allow is
+    /// reported; 0 (default) is off. See the module docs.
+    pub min_replicas_ack: u32,
 }
 
 impl RedisSettings {
@@ -93,12 +131,18 @@ impl RedisSettings {
     pub const MAX_IN_FLIGHT: usize = 1 << 20;
     /// Largest accepted `connections`.
     pub const MAX_CONNECTIONS: usize = 64;
+    /// Largest accepted `min_replicas_ack`.
+    pub const MAX_REPLICAS_ACK: u32 = 16;
+    /// Most seed nodes or sentinels accepted.
+    pub const MAX_NODES: usize = 64;
 
-    /// The defaults of `interface.md` for `url`: 50 ms command timeout, 1024 in flight,
-    /// prefix `rl`, 1 s connect timeout, one connection, 1 s retry hint, 250 ms backoff cap.
+    /// The defaults of `interface.md` for a standalone server at `url`: 50 ms command
+    /// timeout, 1024 in flight, prefix `rl`, 1 s connect timeout, one connection, 1 s retry
+    /// hint, 250 ms backoff cap.
     pub fn new(url: impl Into<String>) -> Self {
         Self {
             url: url.into(),
+            topology: Topology::Standalone,
             command_timeout: Duration::from_millis(50),
             max_in_flight: 1024,
             key_prefix: "rl".to_owned(),
@@ -110,10 +154,31 @@ impl RedisSettings {
             username: None,
             password: None,
             strict_eviction_policy: false,
+            min_replicas_ack: 0,
         }
     }
 
-    fn validate(&self) -> Result<Endpoint, Error> {
+    /// The defaults, for the master Sentinel reports for `master_name`.
+    pub fn sentinel(master_name: impl Into<String>, sentinels: Vec<String>) -> Self {
+        Self {
+            topology: Topology::Sentinel {
+                master_name: master_name.into(),
+                sentinels,
+            },
+            ..Self::new("")
+        }
+    }
+
+    /// The defaults, for a cluster found through the seed `nodes`.
+    pub fn cluster(nodes: Vec<String>) -> Self {
+        Self {
+            topology: Topology::Cluster { nodes },
+            ..Self::new("")
+        }
+    }
+
+    /// Checks every setting and resolves the topology's addresses and access.
+    pub(crate) fn validate(&self) -> Result<Resolved, Error> {
         if self.command_timeout < Duration::from_millis(1)
             || self.command_timeout > Self::MAX_COMMAND_TIMEOUT
         {
@@ -137,45 +202,132 @@ impl RedisSettings {
                 got: self.connections,
             });
         }
+        if self.min_replicas_ack > Self::MAX_REPLICAS_ACK {
+            return Err(Error::MinReplicasAck {
+                got: self.min_replicas_ack,
+            });
+        }
         check_prefix(&self.key_prefix)?;
-        let scheme = self.url.split("://").next().unwrap_or_default();
-        let secure = match scheme {
-            "redis" => false,
-            "rediss" => true,
-            _ => {
-                return Err(Error::UnsupportedScheme {
-                    scheme: scheme.chars().take(16).collect(),
-                });
+        match &self.topology {
+            Topology::Standalone => {
+                let url = parse_url("url".to_owned(), &self.url)?;
+                self.check_tls_use(url.secure)?;
+                let redis = self.credentials(url.redis, "url")?;
+                let access = self.access(redis, url.secure)?;
+                Ok(Resolved::Standalone(endpoint(&url.host, url.port, access)?))
             }
-        };
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                self.no_url("sentinel")?;
+                if master_name.is_empty()
+                    || master_name.len() > 128
+                    || master_name
+                        .chars()
+                        .any(|c| c.is_whitespace() || c.is_control())
+                {
+                    return Err(Error::Topology {
+                        key: "master_name",
+                        reason:
+                            "must be 1..=128 characters without spaces (the name sentinels monitor)"
+                                .to_owned(),
+                    });
+                }
+                let urls = parse_urls("sentinels", sentinels)?;
+                let secure = urls[0].secure;
+                self.check_tls_use(secure)?;
+                let tls = self.tls_connector(secure)?;
+                let sentinels = urls
+                    .into_iter()
+                    .map(|u| {
+                        let access = Arc::new(Access {
+                            redis: u.redis,
+                            tls: tls.clone(),
+                        });
+                        endpoint(&u.host, u.port, access)
+                    })
+                    .collect::<Result<Vec<_>, _>>()?;
+                let redis = self.credentials(RedisConnectionInfo::default(), "sentinels")?;
+                Ok(Resolved::Sentinel {
+                    master_name: master_name.clone(),
+                    sentinels,
+                    access: self.access(redis, secure)?,
+                })
+            }
+            Topology::Cluster { nodes } => {
+                self.no_url("cluster")?;
+                let urls = parse_urls("nodes", nodes)?;
+                let secure = urls[0].secure;
+                self.check_tls_use(secure)?;
+                if let Some(u) = urls.iter().find(|u| u.redis.db() != 0) {
+                    return Err(Error::Topology {
+                        key: "nodes",
+                        reason: format!(
+                            "{}: a cluster has only database 0, got /{}",
+                            u.key,
+                            u.redis.db()
+                        ),
+                    });
+                }
+                // Data-node credentials: username/password, or those of the first seed URL.
+                let redis = self.credentials(urls[0].redis.clone(), "nodes")?;
+                let access = self.access(redis, secure)?;
+                let seeds = urls
+                    .iter()
+                    .map(|u| endpoint(&u.host, u.port, access.clone()))
+                    .collect::<Result<Vec<_>, _>>()?;
+                Ok(Resolved::Cluster { seeds, access })
+            }
+        }
+    }
+
+    fn no_url(&self, topology: &str) -> Result<(), Error> {
+        if self.url.is_empty() {
+            Ok(())
+        } else {
+            Err(Error::Topology {
+                key: "url",
+                reason: format!(
+                    "not used with topology = \"{topology}\"; give the {} instead",
+                    if topology == "cluster" {
+                        "seed nodes in `nodes`"
+                    } else {
+                        "sentinels in `sentinels` and `master_name`"
+                    }
+                ),
+            })
+        }
+    }
+
+    fn check_tls_use(&self, secure: bool) -> Result<(), Error> {
         if !secure && self.tls.any() {
             return Err(Error::Tls {
                 key: "tls_ca_file",
                 reason: "TLS files are set but the URL is redis://; use rediss://".to_owned(),
             });
         }
-        // The driver parses `rediss://` only when built with its own TLS; this crate does the
-        // TLS itself, so the rest of the URL is parsed as `redis://`.
-        let plain_url = match self.url.strip_prefix("rediss://") {
-            Some(rest) => format!("redis://{rest}"),
-            None => self.url.clone(),
-        };
-        let mut info =
-            plain_url
-                .as_str()
-                .into_connection_info()
-                .map_err(|e| Error::InvalidUrl {
-                    reason: e.detail().unwrap_or_else(|| e.category()).to_owned(),
-                })?;
-        let (host, port) = match info.addr() {
-            ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
-            _ => {
-                return Err(Error::UnsupportedScheme {
-                    scheme: scheme.to_owned(),
-                });
-            }
-        };
-        let mut redis_info = info.redis_settings().clone();
+        Ok(())
+    }
+
+    fn tls_connector(&self, secure: bool) -> Result<Option<tokio_rustls::TlsConnector>, Error> {
+        secure.then(|| tls::build(&self.tls)).transpose()
+    }
+
+    fn access(&self, redis: RedisConnectionInfo, secure: bool) -> Result<Arc<Access>, Error> {
+        Ok(Arc::new(Access {
+            redis,
+            tls: self.tls_connector(secure)?,
+        }))
+    }
+
+    /// `username`/`password` applied over what `from` (a URL) already holds; giving one in
+    /// both places is refused.
+    fn credentials(
+        &self,
+        mut redis: RedisConnectionInfo,
+        from: &str,
+    ) -> Result<RedisConnectionInfo, Error> {
         if let Some(user) = &self.username {
             if user.is_empty() {
                 return Err(Error::Credentials {
@@ -183,47 +335,156 @@ impl RedisSettings {
                     reason: "must not be empty".to_owned(),
                 });
             }
-            if redis_info.username().is_some() {
+            if redis.username().is_some() {
                 return Err(Error::Credentials {
                     key: "username",
-                    reason: "the URL already names a user; give it in one place".to_owned(),
+                    reason: format!("{from} already names a user; give it in one place"),
                 });
             }
-            redis_info = redis_info.set_username(user);
+            redis = redis.set_username(user);
         }
         if let Some(password) = &self.password {
-            if redis_info.password().is_some() {
+            if redis.password().is_some() {
                 return Err(Error::Credentials {
                     key: "password",
-                    reason: "the URL already holds a password; give it in one place".to_owned(),
+                    reason: format!("{from} already holds a password; give it in one place"),
                 });
             }
-            redis_info = redis_info.set_password(password);
+            redis = redis.set_password(password);
         }
-        info = info.set_redis_settings(redis_info);
-        let tls = if secure {
-            Some(tls::build(&self.tls, &host)?)
-        } else {
-            None
-        };
-        Ok(Endpoint {
-            host,
-            port,
-            info,
-            tls,
-        })
+        Ok(redis)
+    }
+}
+
+/// The topology of valid settings, with every address parsed and the access built.
+pub(crate) enum Resolved {
+    Standalone(Endpoint),
+    Sentinel {
+        master_name: String,
+        sentinels: Vec<Endpoint>,
+        access: Arc<Access>,
+    },
+    Cluster {
+        seeds: Vec<Endpoint>,
+        access: Arc<Access>,
+    },
+}
+
+fn endpoint(host: &str, port: u16, access: Arc<Access>) -> Result<Endpoint, Error> {
+    Endpoint::new(host, port, access).map_err(|reason| Error::Tls { key: "url", reason })
+}
+
+/// One parsed URL: where, whether TLS, and its credentials and database.
+struct ParsedUrl {
+    key: String,
+    secure: bool,
+    host: String,
+    port: u16,
+    redis: RedisConnectionInfo,
+}
+
+fn parse_url(key: String, url: &str) -> Result<ParsedUrl, Error> {
+    let scheme = url.split("://").next().unwrap_or_default();
+    let secure = match scheme {
+        "redis" => false,
+        "rediss" => true,
+        _ => {
+            return Err(Error::UnsupportedScheme {
+                key,
+                scheme: scheme.chars().take(16).collect(),
+            });
+        }
+    };
+    // The driver parses `rediss://` only when built with its own TLS; this crate does the
+    // TLS itself, so the rest of the URL is parsed as `redis://`.
+    let plain_url = match url.strip_prefix("rediss://") {
+        Some(rest) => format!("redis://{rest}"),
+        None => url.to_owned(),
+    };
+    let info = match plain_url.as_str().into_connection_info() {
+        Ok(info) => info,
+        Err(e) => {
+            return Err(Error::InvalidUrl {
+                key,
+                reason: e.detail().unwrap_or_else(|| e.category()).to_owned(),
+            });
+        }
+    };
+    let (host, port) = match info.addr() {
+        ConnectionAddr::Tcp(host, port) => (host.clone(), *port),
+        _ => {
+            return Err(Error::UnsupportedScheme {
+                key,
+                scheme: scheme.to_owned(),
+            });
+        }
+    };
+    Ok(ParsedUrl {
+        key,
+        secure,
+        host,
+        port,
+        redis: info.redis_settings().clone(),
+    })
+}
+
+/// Parses a list of node or sentinel URLs: 1..=MAX_NODES, all `redis://` or all `rediss://`.
+fn parse_urls(key: &'static str, urls: &[String]) -> Result<Vec<ParsedUrl>, Error> {
+    if urls.is_empty() || urls.len() > RedisSettings::MAX_NODES {
+        return Err(Error::Topology {
+            key,
+            reason: format!(
+                "needs 1..={} URLs, got {}",
+                RedisSettings::MAX_NODES,
+                urls.len()
+            ),
+        });
+    }
+    let parsed = urls
+        .iter()
+        .enumerate()
+        .map(|(i, u)| parse_url(format!("{key}[{i}]"), u))
+        .collect::<Result<Vec<_>, _>>()?;
+    if parsed.iter().any(|u| u.secure != parsed[0].secure) {
+        return Err(Error::Topology {
+            key,
+            reason: "mixes redis:// and rediss:// URLs; use one scheme for every node".to_owned(),
+        });
+    }
+    Ok(parsed)
+}
+
+/// Shows a URL with everything before its last '@' (credentials) replaced.
+fn redacted(url: &str) -> String {
+    match url.rsplit_once('@') {
+        Some((head, host)) => {
+            let scheme = head.split_once("://").map_or("redis", |(s, _)| s);
+            format!("{scheme}://<redacted>@{host}")
+        }
+        None => url.to_owned(),
     }
 }
 
 impl fmt::Debug for RedisSettings {
-    // The URL may carry a password: show only what follows the last '@'.
+    // URLs may carry passwords: show only what follows the last '@'.
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let url = match self.url.rsplit_once('@') {
-            Some((_, host)) => format!("redis://<redacted>@{host}"),
-            None => self.url.clone(),
+        let topology = match &self.topology {
+            Topology::Standalone => "standalone".to_owned(),
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => format!(
+                "sentinel {master_name:?} via {:?}",
+                sentinels.iter().map(|u| redacted(u)).collect::<Vec<_>>()
+            ),
+            Topology::Cluster { nodes } => format!(
+                "cluster via {:?}",
+                nodes.iter().map(|u| redacted(u)).collect::<Vec<_>>()
+            ),
         };
         f.debug_struct("RedisSettings")
-            .field("url", &url)
+            .field("url", &redacted(&self.url))
+            .field("topology", &topology)
             .field("command_timeout", &self.command_timeout)
             .field("max_in_flight", &self.max_in_flight)
             .field("key_prefix", &self.key_prefix)
@@ -235,22 +496,15 @@ impl fmt::Debug for RedisSettings {
             .field("username", &self.username)
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("strict_eviction_policy", &self.strict_eviction_policy)
+            .field("min_replicas_ack", &self.min_replicas_ack)
             .finish()
     }
-}
-
-struct Endpoint {
-    host: String,
-    port: u16,
-    info: redis::ConnectionInfo,
-    tls: Option<Tls>,
 }
 
 /// Everything one policy needs per request, computed once.
 #[derive(Debug)]
 struct Plan {
-    policy: RateLimitPolicy,
-    program: &'static Program,
+    program: &'static programs::Program,
     keys: PolicyKeys,
     /// `ARGV[2..]`, already formatted.
     args: Vec<String>,
@@ -267,69 +521,6 @@ impl Plan {
     }
 }
 
-/// Consecutive command timeouts after which a connection is presumed stuck (a half-open
-/// socket, a partition) and replaced: later requests then see `Unavailable(connect)` while
-/// nothing answers, instead of piling up as `Indeterminate` on a dead socket.
-const STUCK_AFTER_TIMEOUTS: u32 = 3;
-
-/// A live connection, the flag its driver clears when it ends, and the notifier that tells
-/// the supervisor to replace it.
-pub(crate) struct Link {
-    pub(crate) conn: MultiplexedConnection,
-    alive: Arc<AtomicBool>,
-    ended: Arc<Notify>,
-    timeouts: AtomicU32,
-}
-
-impl Link {
-    pub(crate) fn replied(&self) {
-        if self.timeouts.load(Ordering::Relaxed) != 0 {
-            self.timeouts.store(0, Ordering::Relaxed);
-        }
-    }
-
-    pub(crate) fn timed_out(&self) {
-        let n = self.timeouts.fetch_add(1, Ordering::Relaxed) + 1;
-        if n == STUCK_AFTER_TIMEOUTS {
-            tracing::warn!(
-                timeouts = n,
-                "redis connection presumed stuck; replacing it"
-            );
-            self.alive.store(false, Ordering::Release);
-            self.ended.notify_one();
-        }
-    }
-}
-
-enum SlotState {
-    /// Not connected; the reason is shown by `readiness()`.
-    Down(Arc<str>),
-    /// Connected to a server this build cannot use (too old).
-    Incompatible(Arc<str>),
-    Up(Arc<Link>),
-}
-
-struct Slot {
-    state: RwLock<SlotState>,
-}
-
-impl Slot {
-    fn set(&self, state: SlotState) {
-        // A poisoned lock only means a panic elsewhere while holding it; the state is a
-        // plain value, so overwrite it anyway.
-        match self.state.write() {
-            Ok(mut s) => *s = state,
-            Err(p) => *p.into_inner() = state,
-        }
-    }
-}
-
-pub(crate) enum Pick {
-    Up(Arc<Link>),
-    Down(Arc<str>),
-    Incompatible(Arc<str>),
-}
-
 struct Shared {
     settings: RedisSettings,
     policies: PolicySet,
@@ -337,111 +528,6 @@ struct Shared {
     pool: Pool,
     admission: Semaphore,
 }
-
-/// The supervised connections of one provider (rate limits or event gates): `connections`
-/// slots, each kept connected by its supervisor task, picked round robin.
-pub(crate) struct Pool {
-    slots: Vec<Arc<Slot>>,
-    next: AtomicUsize,
-    _supervisors: Supervisors,
-}
-
-impl Pool {
-    /// Checks `settings`, starts one supervisor per connection (each preloads `scripts`,
-    /// `(name, source, sha1)`, after connecting), and waits at most `connect_timeout` for every
-    /// first attempt. An unreachable server is not an error.
-    ///
-    /// # Errors
-    /// [`Error`] naming the bad setting.
-    pub(crate) async fn start(
-        settings: &RedisSettings,
-        scripts: Arc<[Script]>,
-    ) -> Result<Self, Error> {
-        let endpoint = Arc::new(settings.validate()?);
-        let slots: Vec<Arc<Slot>> = (0..settings.connections)
-            .map(|_| {
-                Arc::new(Slot {
-                    state: RwLock::new(SlotState::Down("not connected yet".into())),
-                })
-            })
-            .collect();
-        let (attempts_tx, mut attempts_rx) = watch::channel(0usize);
-        let attempts_tx = Arc::new(attempts_tx);
-        let handles = slots
-            .iter()
-            .map(|slot| {
-                tokio::spawn(supervise(
-                    slot.clone(),
-                    endpoint.clone(),
-                    settings.clone(),
-                    scripts.clone(),
-                    attempts_tx.clone(),
-                ))
-            })
-            .collect();
-        let n = slots.len();
-        let wait = settings.connect_timeout + Duration::from_millis(100);
-        // Either every connection finished its first attempt or the wait is over; both are
-        // fine, the supervisors carry on in the background.
-        let _ = tokio::time::timeout(wait, attempts_rx.wait_for(|&done| done >= n)).await;
-        Ok(Self {
-            slots,
-            next: AtomicUsize::new(0),
-            _supervisors: Supervisors(handles),
-        })
-    }
-
-    /// `Ready` when a connection is up and answers `PING` within `timeout`.
-    pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
-        let mut conn = match self.pick() {
-            Pick::Up(link) => link.conn.clone(),
-            Pick::Down(reason) => return Readiness::NotReady(format!("redis: {reason}")),
-            Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
-        };
-        let ping = redis::cmd("PING");
-        match tokio::time::timeout(timeout, conn.send_packed_command(&ping)).await {
-            Ok(Ok(Value::SimpleString(s))) if s == "PONG" => Readiness::Ready,
-            Ok(Ok(other)) => Readiness::NotReady(format!("redis: unexpected PING reply {other:?}")),
-            Ok(Err(e)) => Readiness::NotReady(format!("redis: PING failed: {e}")),
-            Err(_) => Readiness::NotReady(format!("redis: no PING reply within {timeout:?}")),
-        }
-    }
-
-    /// A live connection, round robin over the slots, skipping dead ones.
-    pub(crate) fn pick(&self) -> Pick {
-        let n = self.slots.len();
-        let start = self.next.fetch_add(1, Ordering::Relaxed);
-        // Built only on the failure path: the happy path allocates nothing.
-        let mut why: Option<Pick> = None;
-        for i in 0..n {
-            let slot = &self.slots[(start + i) % n];
-            let guard = match slot.state.read() {
-                Ok(g) => g,
-                Err(p) => p.into_inner(),
-            };
-            match &*guard {
-                SlotState::Up(link) if link.alive.load(Ordering::Acquire) => {
-                    return Pick::Up(link.clone());
-                }
-                SlotState::Up(_) => {
-                    if !matches!(why, Some(Pick::Incompatible(_))) {
-                        why = Some(Pick::Down("connection lost; reconnecting".into()));
-                    }
-                }
-                SlotState::Down(reason) => {
-                    if !matches!(why, Some(Pick::Incompatible(_))) {
-                        why = Some(Pick::Down(reason.clone()));
-                    }
-                }
-                SlotState::Incompatible(reason) => why = Some(Pick::Incompatible(reason.clone())),
-            }
-        }
-        why.unwrap_or_else(|| Pick::Down("no connection configured".into()))
-    }
-}
-
-/// A program to preload on every new connection: name, exact source, SHA1 of the source.
-pub(crate) type Script = (&'static str, &'static str, &'static str);
 
 /// The rate-limit programs, as [`Pool::start`] preloads them.
 fn rate_scripts() -> Arc<[Script]> {
@@ -464,22 +550,18 @@ impl Shared {
         }
     }
 
+    fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
+        RateLimitOutcome::Indeterminate {
+            policy_id: policy.id().clone(),
+            retry_after_ms: self.retry_after_ms(),
+        }
+    }
+
     fn retry_after_ms(&self) -> u64 {
         self.settings
             .retry_after
             .as_millis()
             .min(u128::from(u64::MAX)) as u64
-    }
-}
-
-/// Aborts the supervisor tasks when the provider is dropped.
-struct Supervisors(Vec<JoinHandle<()>>);
-
-impl Drop for Supervisors {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
-        }
     }
 }
 
@@ -499,14 +581,15 @@ impl fmt::Debug for RedisProvider {
 }
 
 impl RedisProvider {
-    /// Checks `settings`, starts the connection supervisors, and waits at most
-    /// `connect_timeout` for a first connection. An unreachable server is not an error: the
-    /// provider then answers `Unavailable(connect)` until it connects in the background.
+    /// Checks `settings`, starts the connection supervisors (and, per topology, the Sentinel
+    /// monitor or the cluster slot map), and waits at most about `connect_timeout` for a
+    /// first connection. An unreachable server is not an error: the provider then answers
+    /// `Unavailable(connect)` until it connects in the background.
     ///
     /// Must be called inside a Tokio runtime (the supervisors are tasks of it).
     ///
     /// # Errors
-    /// [`Error`] naming the bad setting (timeouts, bounds, key prefix, URL).
+    /// [`Error`] naming the bad setting (timeouts, bounds, key prefix, URLs, topology).
     pub async fn connect(settings: RedisSettings, policies: PolicySet) -> Result<Self, Error> {
         settings.validate()?;
         let mut plans = HashMap::new();
@@ -515,7 +598,6 @@ impl RedisProvider {
             plans.insert(
                 policy.id().clone(),
                 Plan {
-                    policy: policy.clone(),
                     program,
                     keys: PolicyKeys::new(&settings.key_prefix, policy)?,
                     args: programs::arguments(policy)
@@ -525,7 +607,13 @@ impl RedisProvider {
                 },
             );
         }
-        let pool = Pool::start(&settings, rate_scripts()).await?;
+        let pool = Pool::start(
+            &settings,
+            Setup {
+                scripts: rate_scripts(),
+            },
+        )
+        .await?;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
@@ -552,65 +640,6 @@ impl RedisProvider {
             .get(policy)
             .map(|p| p.keys.state_key(subject))
     }
-
-    async fn run(
-        &self,
-        plan: &Plan,
-        mut conn: MultiplexedConnection,
-        key: &str,
-        cost: u64,
-    ) -> RateLimitOutcome {
-        let policy = &plan.policy;
-        let evalsha = plan.command("EVALSHA", plan.program.sha1(), key, cost);
-        let first = conn.send_packed_command(&evalsha).await;
-        let failure = match classify(first) {
-            Ok(value) => return reply::outcome(&value, policy),
-            Err(f) => f,
-        };
-        let failure = match failure {
-            Failure::NoScript => {
-                tracing::info!(
-                    program = plan.program.name,
-                    "NOSCRIPT: sending the exact source with EVAL"
-                );
-                let eval = plan.command("EVAL", plan.program.source, key, cost);
-                match classify(conn.send_packed_command(&eval).await) {
-                    Ok(value) => return reply::outcome(&value, policy),
-                    // The server just refused the source it was sent: it cannot run it.
-                    Err(Failure::NoScript) => Failure::Incompatible(IncompatibleCategory::Program),
-                    Err(f) => f,
-                }
-            }
-            f => f,
-        };
-        match failure {
-            Failure::Unavailable(category) => self.shared.unavailable(policy, category),
-            Failure::Incompatible(category) => RateLimitOutcome::Incompatible {
-                policy_id: policy.id().clone(),
-                category,
-            },
-            Failure::Indeterminate | Failure::NoScript => RateLimitOutcome::Indeterminate {
-                policy_id: policy.id().clone(),
-                retry_after_ms: self.shared.retry_after_ms(),
-            },
-        }
-    }
-}
-
-/// A reply value, or what its failure means. Error replies arrive either as `Err` or inside
-/// `Ok(Value::ServerError)` depending on the driver path; both are classified alike.
-pub(crate) fn classify(result: redis::RedisResult<Value>) -> Result<Value, Failure> {
-    match result {
-        Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
-        Ok(value) => Ok(value),
-        Err(e) => {
-            let f = failure::after_dispatch(&e);
-            if f == Failure::Indeterminate {
-                tracing::debug!(error = %e, "command failed after dispatch");
-            }
-            Err(f)
-        }
-    }
 }
 
 #[async_trait::async_trait]
@@ -632,349 +661,59 @@ impl EdgeRateLimitPort for RedisProvider {
         let Ok(_permit) = shared.admission.try_acquire() else {
             return Ok(shared.unavailable(policy, UnavailableCategory::Admission));
         };
-        let link = match shared.pool.pick() {
-            Pick::Up(link) => link,
-            Pick::Down(_) => return Ok(shared.unavailable(policy, UnavailableCategory::Connect)),
-            Pick::Incompatible(_) => {
-                return Ok(RateLimitOutcome::Incompatible {
-                    policy_id: policy.id().clone(),
-                    category: IncompatibleCategory::Program,
-                });
-            }
-        };
         let key = plan.keys.state_key(&request.subject);
         let cost = request.cost.get();
-        match tokio::time::timeout(timeout, self.run(plan, link.conn.clone(), &key, cost)).await {
-            Ok(outcome) => {
-                link.replied();
-                Ok(outcome)
+        let build = |verb: &str, script: &str| plan.command(verb, script, &key, cost);
+        let slot = hash_slot(key.as_bytes());
+        let reply = match shared
+            .pool
+            .run_script(
+                (plan.program.name, plan.program.source, plan.program.sha1()),
+                slot,
+                &build,
+                timeout,
+            )
+            .await
+        {
+            Ok(reply) => reply,
+            Err(Failure::Unavailable(category)) => {
+                return Ok(shared.unavailable(policy, category));
             }
-            Err(_elapsed) => {
-                link.timed_out();
-                Ok(RateLimitOutcome::Indeterminate {
+            Err(Failure::Incompatible(category)) => {
+                return Ok(RateLimitOutcome::Incompatible {
                     policy_id: policy.id().clone(),
-                    retry_after_ms: shared.retry_after_ms(),
-                })
+                    category,
+                });
             }
+            Err(Failure::Indeterminate | Failure::NoScript) => {
+                return Ok(shared.indeterminate(policy));
+            }
+        };
+        let outcome = reply::outcome(&reply.value, policy);
+        let allowed = matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed);
+        if allowed && !reply.durable(shared.settings.min_replicas_ack) {
+            tracing::debug!(
+                program = plan.program.name,
+                wanted = shared.settings.min_replicas_ack,
+                acked = reply.replicas_acked,
+                "allow not acknowledged by enough replicas; reported indeterminate"
+            );
+            return Ok(shared.indeterminate(policy));
         }
+        Ok(outcome)
     }
 
     fn policies(&self) -> &PolicySet {
         &self.shared.policies
     }
 
-    /// `Ready` when a connection is up and answers `PING` within `command_timeout`.
+    /// `Ready` when a connection is up and answers `PING` within `command_timeout` (on a
+    /// cluster: every slot's master).
     async fn readiness(&self) -> Readiness {
         self.shared
             .pool
             .readiness(self.shared.settings.command_timeout)
             .await
-    }
-}
-
-/// One connection attempt: TCP, handshake (AUTH/SELECT from the URL), version check, script
-/// preload. Returns the live link and the notifier its driver fires when it ends.
-async fn open(
-    endpoint: &Endpoint,
-    settings: &RedisSettings,
-    scripts: &[Script],
-) -> Result<(Link, Arc<Notify>, JoinHandle<()>), Attempt> {
-    let attempt = async {
-        let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
-            .await
-            .map_err(|e| {
-                Attempt::Down(format!(
-                    "connect to {}:{}: {e}",
-                    endpoint.host, endpoint.port
-                ))
-            })?;
-        // Small requests and replies: do not let Nagle hold them back.
-        let _ = stream.set_nodelay(true);
-        let config = AsyncConnectionConfig::new()
-            .set_pipeline_buffer_size(settings.max_in_flight.clamp(64, 8192));
-        let handshake_failed = |e: redis::RedisError| {
-            Attempt::Down(format!(
-                "handshake with {}:{}: {e}",
-                endpoint.host, endpoint.port
-            ))
-        };
-        match &endpoint.tls {
-            None => MultiplexedConnection::new_with_config(
-                endpoint.info.redis_settings(),
-                stream,
-                config,
-            )
-            .await
-            .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
-            .map_err(handshake_failed),
-            Some(tls) => {
-                let stream = tls
-                    .connector
-                    .connect(tls.server_name.clone(), stream)
-                    .await
-                    .map_err(|e| {
-                        Attempt::Down(format!(
-                            "TLS handshake with {}:{}: {e}",
-                            endpoint.host, endpoint.port
-                        ))
-                    })?;
-                MultiplexedConnection::new_with_config(
-                    endpoint.info.redis_settings(),
-                    stream,
-                    config,
-                )
-                .await
-                .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
-                .map_err(handshake_failed)
-            }
-        }
-    };
-    let (conn, driver) = tokio::time::timeout(settings.connect_timeout, attempt)
-        .await
-        .map_err(|_| {
-            Attempt::Down(format!(
-                "no connection to {}:{} within {:?}",
-                endpoint.host, endpoint.port, settings.connect_timeout
-            ))
-        })??;
-    let alive = Arc::new(AtomicBool::new(true));
-    let ended = Arc::new(Notify::new());
-    let driver = tokio::spawn({
-        let alive = alive.clone();
-        let ended = ended.clone();
-        async move {
-            driver.await;
-            alive.store(false, Ordering::Release);
-            ended.notify_one();
-        }
-    });
-    let link = Link {
-        conn,
-        alive,
-        ended: ended.clone(),
-        timeouts: AtomicU32::new(0),
-    };
-    let setup = async {
-        let mut conn = link.conn.clone();
-        check_version(&mut conn).await?;
-        check_eviction_policy(&mut conn, settings.strict_eviction_policy).await?;
-        preload(&mut conn, scripts).await
-    };
-    let checked = tokio::time::timeout(settings.connect_timeout, setup)
-        .await
-        .unwrap_or_else(|_| {
-            Err(Attempt::Down(
-                "no reply to INFO / SCRIPT LOAD in time".to_owned(),
-            ))
-        });
-    match checked {
-        Ok(()) => Ok((link, ended, driver)),
-        Err(e) => {
-            driver.abort();
-            Err(e)
-        }
-    }
-}
-
-/// The task that reads replies for a connection (plain or TLS).
-type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
-enum Attempt {
-    Down(String),
-    Incompatible(String),
-}
-
-/// Refuses servers older than the programs' minimum. A least-privilege ACL user may not be
-/// allowed `INFO`; the check is then skipped (the programs still refuse to run on a server
-/// that lacks what they use, which surfaces as `Incompatible(program)`).
-async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
-    let refused = |code: &str| {
-        tracing::warn!(
-            code,
-            "INFO refused (ACL?); skipping the server version check"
-        );
-        Ok(())
-    };
-    let info = match conn
-        .send_packed_command(redis::cmd("INFO").arg("server"))
-        .await
-    {
-        Ok(Value::ServerError(e)) => return refused(e.code()),
-        Err(e) if e.code().is_some() => return refused(e.code().unwrap_or_default()),
-        Err(e) => return Err(Attempt::Down(format!("INFO server: {e}"))),
-        Ok(info) => info,
-    };
-    let text = match info {
-        Value::BulkString(b) => String::from_utf8_lossy(&b).into_owned(),
-        Value::VerbatimString { text, .. } => text,
-        other => return Err(Attempt::Down(format!("INFO server answered {other:?}"))),
-    };
-    let version = text
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map(str::trim)
-        .unwrap_or("unknown")
-        .to_owned();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    let (major, minor) = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b)) => (a, b),
-        _ => {
-            return Err(Attempt::Incompatible(format!(
-                "unknown server version {version:?}"
-            )));
-        }
-    };
-    let needed = programs::PROGRAMS
-        .iter()
-        .map(|p| p.min_redis_version)
-        .max()
-        .unwrap_or((7, 0));
-    if (major, minor) < needed {
-        return Err(Attempt::Incompatible(format!(
-            "server version {version} is older than {}.{}, the programs' minimum",
-            needed.0, needed.1
-        )));
-    }
-    Ok(())
-}
-
-/// An `allkeys-*` eviction policy may drop limiter state under memory pressure: a dropped
-/// counter starts again from zero and admits beyond the limit. `noeviction` is safe (writes are
-/// refused with `OOM`, classified `Unavailable`), `volatile-*` may still evict (every limiter
-/// key has a TTL) but only under pressure and nearest-expiry first. Where `CONFIG` is not
-/// permitted the check is skipped.
-async fn check_eviction_policy(
-    conn: &mut MultiplexedConnection,
-    strict: bool,
-) -> Result<(), Attempt> {
-    let reply = conn
-        .send_packed_command(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-        .await;
-    let policy = match reply {
-        Ok(Value::Array(items)) | Ok(Value::Set(items)) if items.len() == 2 => match &items[1] {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => return Ok(()),
-        },
-        Ok(Value::Map(pairs)) => match pairs.first() {
-            Some((_, Value::BulkString(b))) => String::from_utf8_lossy(b).into_owned(),
-            _ => return Ok(()),
-        },
-        Err(e) if e.code().is_none() => {
-            return Err(Attempt::Down(format!("CONFIG GET maxmemory-policy: {e}")));
-        }
-        _ => {
-            tracing::info!("CONFIG GET refused or unexpected (ACL?); eviction policy not checked");
-            return Ok(());
-        }
-    };
-    if policy.starts_with("allkeys-") {
-        let why = format!(
-            "maxmemory-policy is {policy}: under memory pressure Redis evicts limiter state \
-             silently, counts restart from zero and requests are admitted beyond their limits; \
-             use noeviction (or volatile-ttl)"
-        );
-        if strict {
-            return Err(Attempt::Incompatible(format!(
-                "{why} (refused: strict_eviction_policy = true)"
-            )));
-        }
-        tracing::warn!("{why}");
-    }
-    Ok(())
-}
-
-/// `SCRIPT LOAD` of every program, so the first `EVALSHA` finds it. A server that forbids
-/// `SCRIPT` (ACL) is fine: `NOSCRIPT` then triggers `EVAL`. A server that answers another
-/// SHA1 than ours has hashed something else: unusable.
-async fn preload(conn: &mut MultiplexedConnection, scripts: &[Script]) -> Result<(), Attempt> {
-    for &(name, source, sha1) in scripts {
-        match conn
-            .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(source))
-            .await
-        {
-            Ok(Value::BulkString(sha)) if sha == sha1.as_bytes() => {}
-            Ok(Value::BulkString(sha)) => {
-                return Err(Attempt::Incompatible(format!(
-                    "{}: server hashed it to {}, this build to {}",
-                    name,
-                    String::from_utf8_lossy(&sha),
-                    sha1
-                )));
-            }
-            Ok(Value::ServerError(e)) => {
-                tracing::warn!(
-                    program = name,
-                    code = e.code(),
-                    "SCRIPT LOAD refused; relying on EVAL"
-                );
-            }
-            Ok(other) => {
-                return Err(Attempt::Incompatible(format!(
-                    "{}: SCRIPT LOAD answered {other:?}",
-                    name
-                )));
-            }
-            Err(e) if e.code().is_some() => {
-                tracing::warn!(program = name, error = %e, "SCRIPT LOAD refused; relying on EVAL");
-            }
-            Err(e) => return Err(Attempt::Down(format!("SCRIPT LOAD: {e}"))),
-        }
-    }
-    Ok(())
-}
-
-/// Keeps one slot connected for the provider's lifetime.
-async fn supervise(
-    slot: Arc<Slot>,
-    endpoint: Arc<Endpoint>,
-    settings: RedisSettings,
-    scripts: Arc<[Script]>,
-    attempts: Arc<watch::Sender<usize>>,
-) {
-    let min_backoff = Duration::from_millis(25);
-    let mut backoff = min_backoff;
-    let mut first = true;
-    let mut was_up = false;
-    loop {
-        match open(&endpoint, &settings, &scripts).await {
-            Ok((link, ended, driver)) => {
-                let link = Arc::new(link);
-                slot.set(SlotState::Up(link.clone()));
-                if first {
-                    attempts.send_modify(|n| *n += 1);
-                    first = false;
-                }
-                tracing::info!(host = %endpoint.host, port = endpoint.port, "redis connection up");
-                was_up = true;
-                backoff = min_backoff;
-                ended.notified().await;
-                // The flag is already cleared by the driver; the slot now says why.
-                slot.set(SlotState::Down("connection lost; reconnecting".into()));
-                tracing::warn!(host = %endpoint.host, port = endpoint.port, "redis connection lost");
-                // Ended by its driver (a no-op abort) or declared stuck: close the socket.
-                driver.abort();
-                continue;
-            }
-            Err(Attempt::Down(reason)) => {
-                if was_up || first {
-                    tracing::warn!(%reason, "redis not reachable; retrying in the background");
-                    was_up = false;
-                }
-                slot.set(SlotState::Down(reason.into()));
-            }
-            Err(Attempt::Incompatible(reason)) => {
-                tracing::error!(%reason, "redis server cannot run the programs");
-                slot.set(SlotState::Incompatible(reason.into()));
-                // Check again now and then: the server may be upgraded in place.
-                backoff = settings.reconnect_backoff_max.max(Duration::from_secs(5));
-            }
-        }
-        if first {
-            attempts.send_modify(|n| *n += 1);
-            first = false;
-        }
-        tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(settings.reconnect_backoff_max.max(min_backoff));
     }
 }
 

@@ -32,11 +32,11 @@ impl TlsFiles {
     }
 }
 
-/// A ready connector and the name the server's certificate must carry.
-#[derive(Clone)]
-pub(crate) struct Tls {
-    pub(crate) connector: TlsConnector,
-    pub(crate) server_name: ServerName<'static>,
+/// The name a server's certificate must carry: the host as it is connected to (a DNS name or
+/// an IP address). Every node of a topology is checked against its own host.
+pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
+    ServerName::try_from(host.to_owned())
+        .map_err(|e| format!("host {host:?} is not a valid TLS server name: {e}"))
 }
 
 fn tls_error(key: &'static str, path: &Path, reason: impl std::fmt::Display) -> Error {
@@ -46,8 +46,8 @@ fn tls_error(key: &'static str, path: &Path, reason: impl std::fmt::Display) -> 
     }
 }
 
-/// Reads the files and builds the client configuration for `host`.
-pub(crate) fn build(files: &TlsFiles, host: &str) -> Result<Tls, Error> {
+/// Reads the files and builds the client configuration (shared by every node of a topology).
+pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, Error> {
     let Some(ca_file) = &files.ca_file else {
         return Err(Error::Tls {
             key: "tls_ca_file",
@@ -109,12 +109,5 @@ pub(crate) fn build(files: &TlsFiles, host: &str) -> Result<Tls, Error> {
             });
         }
     };
-    let server_name = ServerName::try_from(host.to_owned()).map_err(|e| Error::Tls {
-        key: "url",
-        reason: format!("host {host:?} is not a valid TLS server name: {e}"),
-    })?;
-    Ok(Tls {
-        connector: TlsConnector::from(Arc::new(config)),
-        server_name,
-    })
+    Ok(TlsConnector::from(Arc::new(config)))
 }

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use adapter_local::LocalSettings;
-use adapter_redis::RedisSettings;
+use adapter_redis::{RedisSettings, Topology};
 use figment::Figment;
 use figment::providers::{Env, Format, Toml};
 use figment::value::{Dict, Value};
@@ -401,6 +401,10 @@ const REDIS_KEYS: &[&str] = &[
     "tls_cert_file",
     "tls_key_file",
     "strict_eviction_policy",
+    "nodes",
+    "sentinels",
+    "master_name",
+    "min_replicas_ack",
 ];
 const LOCAL_KEYS: &[&str] = &["max_keys"];
 const BREAKER_KEYS: &[&str] = &["enabled", "failure_threshold", "cool_down"];
@@ -763,27 +767,93 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
         ),
         None => {}
     }
-    match c.string(&join(P, "topology"), d.get("topology")) {
-        None => {}
-        Some(t) if t == "standalone" => {}
-        Some(t) if t == "sentinel" || t == "cluster" => c.push(
-            join(P, "topology"),
-            format!("{t:?} is not supported by this build yet; use \"standalone\""),
-        ),
-        Some(t) => c.push(
-            join(P, "topology"),
-            format!("{t:?} is not a topology; use \"standalone\", \"sentinel\" or \"cluster\""),
-        ),
-    }
-    let url = c.secret(&join(P, "url"), d.get("url"));
-    let url = match url {
-        None => {
-            if required {
-                c.push(join(P, "url"), "required when provider = \"redis\"");
-            }
+    let topology = match c.string(&join(P, "topology"), d.get("topology")).as_deref() {
+        None | Some("standalone") => Some(TopologyKind::Standalone),
+        Some("sentinel") => Some(TopologyKind::Sentinel),
+        Some("cluster") => Some(TopologyKind::Cluster),
+        Some(t) => {
+            c.push(
+                join(P, "topology"),
+                format!("{t:?} is not a topology; use \"standalone\", \"sentinel\" or \"cluster\""),
+            );
             None
         }
-        Some(u) => check_url(c, u),
+    };
+    let url = c.secret(&join(P, "url"), d.get("url"));
+    let nodes = url_list(c, &join(P, "nodes"), d.get("nodes"));
+    let sentinels = url_list(c, &join(P, "sentinels"), d.get("sentinels"));
+    let master_name = c.string(&join(P, "master_name"), d.get("master_name"));
+    // Each topology takes its own keys; a key of another is a mistake worth naming.
+    let misplaced = |c: &mut Check, key: &str, given: bool, topology: &str| {
+        if given {
+            c.push(
+                join(P, key),
+                format!("not used with topology = \"{topology}\""),
+            );
+        }
+    };
+    let topology = match topology {
+        Some(TopologyKind::Standalone) => {
+            misplaced(c, "nodes", nodes.is_some(), "standalone");
+            misplaced(c, "sentinels", sentinels.is_some(), "standalone");
+            misplaced(c, "master_name", master_name.is_some(), "standalone");
+            if url.is_none() && required {
+                c.push(join(P, "url"), "required when provider = \"redis\"");
+            }
+            Some(Topology::Standalone)
+        }
+        Some(TopologyKind::Sentinel) => {
+            misplaced(c, "url", url.is_some(), "sentinel");
+            misplaced(c, "nodes", nodes.is_some(), "sentinel");
+            if master_name.as_deref().is_none_or(str::is_empty) {
+                c.push(
+                    join(P, "master_name"),
+                    "required with topology = \"sentinel\" (the name the sentinels monitor)",
+                );
+            }
+            if sentinels.is_none() {
+                c.push(
+                    join(P, "sentinels"),
+                    "required with topology = \"sentinel\": the sentinels' URLs",
+                );
+            }
+            Some(Topology::Sentinel {
+                master_name: master_name.unwrap_or_default(),
+                sentinels: sentinels.unwrap_or_default(),
+            })
+        }
+        Some(TopologyKind::Cluster) => {
+            misplaced(c, "url", url.is_some(), "cluster");
+            misplaced(c, "sentinels", sentinels.is_some(), "cluster");
+            misplaced(c, "master_name", master_name.is_some(), "cluster");
+            if nodes.is_none() {
+                c.push(
+                    join(P, "nodes"),
+                    "required with topology = \"cluster\": seed node URLs",
+                );
+            }
+            Some(Topology::Cluster {
+                nodes: nodes.unwrap_or_default(),
+            })
+        }
+        None => None,
+    };
+    let url = url.and_then(|u| check_url(c, &join(P, "url"), u));
+    let min_replicas_ack = match c.u64(&join(P, "min_replicas_ack"), d.get("min_replicas_ack")) {
+        None => 0,
+        Some(n) => match u32::try_from(n) {
+            Ok(n) if n <= RedisSettings::MAX_REPLICAS_ACK => n,
+            _ => {
+                c.push(
+                    join(P, "min_replicas_ack"),
+                    format!(
+                        "must be between 0 and {}, got {n}",
+                        RedisSettings::MAX_REPLICAS_ACK
+                    ),
+                );
+                0
+            }
+        },
     };
     let username = c.string(&join(P, "username"), d.get("username"));
     let password_inline = c.secret(&join(P, "password"), d.get("password"));
@@ -858,8 +928,10 @@ fn read_redis(c: &mut Check, v: Option<&Value>, required: bool) -> Option<RedisP
     if c.problems.len() != before {
         return None;
     }
-    let url = url?;
-    let mut redis = RedisSettings::new(url);
+    let topology = topology?;
+    let mut redis = RedisSettings::new(url.unwrap_or_default());
+    redis.topology = topology;
+    redis.min_replicas_ack = min_replicas_ack;
     redis.username = username;
     redis.strict_eviction_policy = strict_eviction_policy;
     redis.password = password;
@@ -888,22 +960,79 @@ fn bounded_usize(c: &mut Check, path: &str, v: Option<&Value>, max: usize) -> Op
     }
 }
 
+/// The topologies `rate_limit.redis.topology` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum TopologyKind {
+    Standalone,
+    Sentinel,
+    Cluster,
+}
+
+/// A list of Redis URLs (`nodes`, `sentinels`): a TOML array of strings, or one string of
+/// comma-separated URLs (handy in environment variables). Each is checked like `url`, by its
+/// index (`nodes[1]`); values are never shown (they may hold passwords).
+fn url_list(c: &mut Check, path: &str, v: Option<&Value>) -> Option<Vec<String>> {
+    let items: Vec<String> = match v? {
+        Value::String(_, s) => s
+            .split(',')
+            .map(|u| u.trim().to_owned())
+            .filter(|u| !u.is_empty())
+            .collect(),
+        Value::Array(_, a) => {
+            let mut out = Vec::with_capacity(a.len());
+            for (i, item) in a.iter().enumerate() {
+                match item {
+                    Value::String(_, s) => out.push(s.clone()),
+                    _ => c.push(
+                        format!("{path}[{i}]"),
+                        "must be a URL string (value not shown: it may hold a password)",
+                    ),
+                }
+            }
+            out
+        }
+        _ => {
+            c.push(
+                path,
+                "must be a list of URLs such as [\"redis://127.0.0.1:7000\"] (value not shown)",
+            );
+            return None;
+        }
+    };
+    if items.is_empty() || items.len() > RedisSettings::MAX_NODES {
+        c.push(
+            path,
+            format!(
+                "must hold 1..={} URLs, got {}",
+                RedisSettings::MAX_NODES,
+                items.len()
+            ),
+        );
+        return None;
+    }
+    let checked: Vec<String> = items
+        .into_iter()
+        .enumerate()
+        .filter_map(|(i, u)| check_url(c, &format!("{path}[{i}]"), u))
+        .collect();
+    Some(checked)
+}
+
 /// Checks the URL's shape without echoing it (it may hold a password).
-fn check_url(c: &mut Check, url: String) -> Option<String> {
-    const P: &str = "rate_limit.redis.url";
+fn check_url(c: &mut Check, path: &str, url: String) -> Option<String> {
     let scheme = url.split_once("://").map(|(s, _)| s);
     match scheme {
         Some("redis") => {}
         Some("rediss") => {}
         _ => {
-            c.push(P, "must be a URL such as \"redis://127.0.0.1:6379/0\" (value not shown: it may hold a password)");
+            c.push(path, "must be a URL such as \"redis://127.0.0.1:6379/0\" (value not shown: it may hold a password)");
             return None;
         }
     }
     use redis_url_check::parses;
     if !parses(&url) {
         c.push(
-            P,
+            path,
             "not a valid redis:// URL (value not shown: it may hold a password)",
         );
         return None;

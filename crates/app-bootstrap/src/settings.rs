@@ -9,7 +9,7 @@ use std::net::SocketAddr;
 use std::time::Duration;
 
 use adapter_local::LocalSettings;
-use adapter_redis::RedisSettings;
+use adapter_redis::{RedisSettings, Topology};
 use figment::value::Value;
 use shared_contract::gate::GateSet;
 use shared_contract::{Algorithm, FailurePolicy, PolicyId, PolicySet};
@@ -268,9 +268,29 @@ fn render_enabled(o: &mut String, e: &EnabledSettings) {
         let s = &r.redis;
         let _ = writeln!(
             o,
-            "[rate_limit.redis]\nrole = \"coordination\"\ntopology = \"standalone\""
+            "[rate_limit.redis]\nrole = \"coordination\"\ntopology = {}",
+            toml_str(s.topology.as_str())
         );
-        let _ = writeln!(o, "url = {}", toml_str(&redact_url(&s.url)));
+        let urls = |urls: &[String]| {
+            let shown: Vec<String> = urls.iter().map(|u| toml_str(&redact_url(u))).collect();
+            format!("[{}]", shown.join(", "))
+        };
+        match &s.topology {
+            Topology::Standalone => {
+                let _ = writeln!(o, "url = {}", toml_str(&redact_url(&s.url)));
+            }
+            Topology::Sentinel {
+                master_name,
+                sentinels,
+            } => {
+                let _ = writeln!(o, "master_name = {}", toml_str(master_name));
+                let _ = writeln!(o, "sentinels = {}", urls(sentinels));
+            }
+            Topology::Cluster { nodes } => {
+                let _ = writeln!(o, "nodes = {}", urls(nodes));
+            }
+        }
+        let _ = writeln!(o, "min_replicas_ack = {}", s.min_replicas_ack);
         let _ = writeln!(o, "command_timeout = {}", dur(s.command_timeout));
         let _ = writeln!(o, "max_in_flight = {}", s.max_in_flight);
         let _ = writeln!(o, "key_prefix = {}", toml_str(&s.key_prefix));

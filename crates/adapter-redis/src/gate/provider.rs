@@ -55,9 +55,12 @@ use tokio::task::JoinHandle;
 use super::keys::GateKeys;
 use super::programs::{self, GateProgram};
 use super::reply::{self, Published, ReplyError};
+use crate::connection::{Script, Setup};
 use crate::error::Error;
 use crate::failure::Failure;
-use crate::provider::{Pick, Pool, RedisSettings, Script, classify};
+use crate::keys::hash_slot;
+use crate::pool::Pool;
+use crate::provider::RedisSettings;
 
 /// Tunables of the gate provider beside the connection settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -129,6 +132,8 @@ impl RedisGateSettings {
 struct Plan {
     gate: GateSettings,
     keys: GateKeys,
+    /// The cluster slot of every key of the gate (they share the gate's hash tag).
+    slot: u16,
     /// Mode, duration, max clock regression.
     common: [String; 3],
 }
@@ -216,49 +221,22 @@ impl Shared {
         let Ok(_permit) = self.admission.try_acquire() else {
             return Err(self.unavailable(UnavailableCategory::Admission));
         };
-        let link = match self.pool.pick() {
-            Pick::Up(link) => link,
-            Pick::Down(_) => return Err(self.unavailable(UnavailableCategory::Connect)),
-            Pick::Incompatible(_) => {
-                return Err(GateOutcome::Incompatible {
-                    category: IncompatibleCategory::Program,
-                });
-            }
-        };
-        let mut conn = link.conn.clone();
-        let exchange = async {
-            let evalsha = Self::command("EVALSHA", program.sha1(), plan, args);
-            match classify(conn.send_packed_command(&evalsha).await) {
-                Err(Failure::NoScript) => {
-                    tracing::info!(
-                        program = program.name,
-                        "NOSCRIPT: sending the exact source with EVAL"
-                    );
-                    let eval = Self::command("EVAL", program.source, plan, args);
-                    match classify(conn.send_packed_command(&eval).await) {
-                        // The server just refused the source it was sent: it cannot run it.
-                        Err(Failure::NoScript) => {
-                            Err(Failure::Incompatible(IncompatibleCategory::Program))
-                        }
-                        r => r,
-                    }
-                }
-                r => r,
-            }
-        };
-        match tokio::time::timeout(timeout, exchange).await {
-            Ok(Ok(value)) => {
-                link.replied();
-                Ok(value)
-            }
-            Ok(Err(f)) => {
-                link.replied();
-                Err(self.failure(f, effect))
-            }
-            Err(_elapsed) => {
-                link.timed_out();
+        let build = |verb: &str, script: &str| Self::command(verb, script, plan, args);
+        let script = (program.name, program.source, program.sha1());
+        match self
+            .pool
+            .run_script(script, plan.slot, &build, timeout)
+            .await
+        {
+            // With `min_replicas_ack`, a write the replicas did not acknowledge may be lost
+            // on failover: report it as not known to have happened.
+            Ok(reply)
+                if effect == Effect::Write && !reply.durable(self.settings.min_replicas_ack) =>
+            {
                 Err(self.failure(Failure::Indeterminate, effect))
             }
+            Ok(reply) => Ok(reply.value),
+            Err(f) => Err(self.failure(f, effect)),
         }
     }
 
@@ -352,16 +330,24 @@ impl RedisGateProvider {
         gate_settings.validate()?;
         let mut plans = HashMap::new();
         for g in gates.iter() {
+            let keys = GateKeys::new(&settings.key_prefix, g.id())?;
             plans.insert(
                 g.id().clone(),
                 Plan {
                     gate: g.clone(),
-                    keys: GateKeys::new(&settings.key_prefix, g.id())?,
+                    slot: hash_slot(keys.stream().as_bytes()),
+                    keys,
                     common: programs::common_arguments(g),
                 },
             );
         }
-        let pool = Pool::start(&settings, gate_scripts()).await?;
+        let pool = Pool::start(
+            &settings,
+            Setup {
+                scripts: gate_scripts(),
+            },
+        )
+        .await?;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
@@ -539,32 +525,13 @@ impl EventGatePort for RedisGateProvider {
         let Ok(_permit) = shared.admission.try_acquire() else {
             return Ok(shared.unavailable(UnavailableCategory::Admission));
         };
-        let link = match shared.pool.pick() {
-            Pick::Up(link) => link,
-            Pick::Down(_) => return Ok(shared.unavailable(UnavailableCategory::Connect)),
-            Pick::Incompatible(_) => {
-                return Ok(GateOutcome::Incompatible {
-                    category: IncompatibleCategory::Program,
-                });
-            }
-        };
-        let mut conn = link.conn.clone();
         let cmd = redis::cmd("HGET")
             .arg(plan.keys.events())
             .arg(id.as_str())
             .clone();
-        let value = match tokio::time::timeout(timeout, conn.send_packed_command(&cmd)).await {
-            Ok(r) => {
-                link.replied();
-                match classify(r) {
-                    Ok(v) => v,
-                    Err(f) => return Ok(shared.failure(f, Effect::Read)),
-                }
-            }
-            Err(_) => {
-                link.timed_out();
-                return Ok(shared.unavailable(UnavailableCategory::Connect));
-            }
+        let value = match shared.pool.run_command(&cmd, plan.slot, timeout).await {
+            Ok(v) => v,
+            Err(f) => return Ok(shared.failure(f, Effect::Read)),
         };
         Ok(match value {
             Value::Nil => GateOutcome::Evaluated(None),

@@ -1,0 +1,396 @@
+//! The connections of one provider in its topology, and the one way a program is run on them.
+//!
+//! | topology | connections | where a call goes |
+//! | --- | --- | --- |
+//! | standalone | `connections` to `url` | there |
+//! | sentinel | `connections` to the master Sentinel reports now | there; left on failover |
+//! | cluster | `connections` to each master in the slot map | the master of the key's slot |
+//!
+//! [`Pool::run_script`] is shared by the rate-limit and the gate provider. It sends a program
+//! with `EVALSHA`, and sends it again only when the server's reply proves it did not run:
+//! `NOSCRIPT` (then `EVAL` of the exact source), `MOVED` (to the named master) or `ASK`
+//! (`ASKING` + the program, in one write, to the named node). A timeout, a lost connection or
+//! any other reply is final, so every program runs at most once. With `min_replicas_ack` the
+//! program is followed, in the same write, by `WAIT n timeout`, and the reply says how many
+//! replicas acknowledged it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use redis::{Cmd, RedisResult, Value};
+use shared_contract::{IncompatibleCategory, Readiness, UnavailableCategory};
+use tokio::time::Instant;
+
+use crate::cluster::Cluster;
+use crate::connection::{Link, Locate, NodeSet, Pick, Setup, Tasks};
+use crate::error::Error;
+use crate::failure::{self, Failure};
+use crate::provider::{RedisSettings, Resolved};
+use crate::sentinel::SentinelMonitor;
+
+/// Redirects followed for one call (a slot moves at most once in a call's lifetime; the
+/// second hop covers an `ASK` during a migration that a `MOVED` led to).
+const MAX_REDIRECTS: usize = 2;
+
+enum Topology {
+    /// Standalone, or Sentinel (the node set follows the monitor).
+    Single {
+        nodes: NodeSet,
+        monitor: Option<Arc<SentinelMonitor>>,
+    },
+    Cluster(Arc<Cluster>),
+}
+
+/// The supervised connections of one provider (rate limits or event gates).
+pub(crate) struct Pool {
+    topology: Topology,
+    /// `WAIT <replicas> <ms>` after each program, when `min_replicas_ack` is set.
+    wait: Option<(u32, u64)>,
+    _tasks: Tasks,
+}
+
+/// A program's reply and, with `min_replicas_ack`, how many replicas acknowledged it.
+pub(crate) struct Reply {
+    pub(crate) value: Value,
+    pub(crate) replicas_acked: Option<u64>,
+}
+
+impl Reply {
+    /// Whether the writes of this call reached the replicas `min_replicas_ack` asks for
+    /// (always true when it is off).
+    pub(crate) fn durable(&self, wanted: u32) -> bool {
+        self.replicas_acked
+            .is_none_or(|acked| acked >= u64::from(wanted))
+    }
+}
+
+impl Pool {
+    /// Checks `settings`, starts the connections (and the Sentinel monitor or the cluster
+    /// map), and waits at most about `connect_timeout` for the first attempts. An unreachable
+    /// server is not an error.
+    ///
+    /// # Errors
+    /// [`Error`] naming the bad setting.
+    pub(crate) async fn start(settings: &RedisSettings, setup: Setup) -> Result<Self, Error> {
+        let resolved = settings.validate()?;
+        let setup = Arc::new(setup);
+        let wait = (settings.min_replicas_ack > 0).then(|| {
+            let ms = (settings.command_timeout / 2).as_millis().max(1);
+            (
+                settings.min_replicas_ack,
+                u64::try_from(ms).unwrap_or(u64::MAX),
+            )
+        });
+        let settle = settings.connect_timeout + Duration::from_millis(100);
+        let (topology, tasks) = match resolved {
+            Resolved::Standalone(endpoint) => {
+                let nodes = NodeSet::start(Locate::Fixed(Arc::new(endpoint)), settings, setup);
+                let _ = tokio::time::timeout(settle, nodes.settled()).await;
+                (
+                    Topology::Single {
+                        nodes,
+                        monitor: None,
+                    },
+                    Vec::new(),
+                )
+            }
+            Resolved::Sentinel {
+                master_name,
+                sentinels,
+                access,
+            } => {
+                let (monitor, task) =
+                    SentinelMonitor::start(master_name, sentinels, access, settings);
+                let nodes = NodeSet::start(Locate::Sentinel(monitor.clone()), settings, setup);
+                let _ = tokio::time::timeout(settle, nodes.settled()).await;
+                (
+                    Topology::Single {
+                        nodes,
+                        monitor: Some(monitor),
+                    },
+                    vec![task],
+                )
+            }
+            Resolved::Cluster { seeds, access } => {
+                let seeds = seeds.into_iter().map(Arc::new).collect();
+                let (cluster, task) = Cluster::start(seeds, access, settings, setup).await;
+                (Topology::Cluster(cluster), vec![task])
+            }
+        };
+        Ok(Self {
+            topology,
+            wait,
+            _tasks: Tasks(tasks),
+        })
+    }
+
+    /// A live connection for a call on `slot` (the slot matters only on a cluster).
+    pub(crate) fn pick(&self, slot: u16) -> Pick {
+        match &self.topology {
+            Topology::Single { nodes, monitor } => {
+                let pick = nodes.pick();
+                if let (Pick::Down(_), Some(m)) = (&pick, monitor) {
+                    m.nudge();
+                }
+                pick
+            }
+            Topology::Cluster(cluster) => cluster.pick(slot),
+        }
+    }
+
+    /// `Ready` when a call can be made now (on a cluster: on every slot).
+    pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
+        match &self.topology {
+            Topology::Single { nodes, .. } => nodes.readiness(timeout).await,
+            Topology::Cluster(cluster) => cluster.readiness(timeout).await,
+        }
+    }
+
+    /// The topology may have changed: ask Sentinel or the cluster again soon.
+    fn hint(&self) {
+        match &self.topology {
+            Topology::Single {
+                monitor: Some(m), ..
+            } => m.nudge(),
+            Topology::Single { monitor: None, .. } => {}
+            Topology::Cluster(cluster) => cluster.hint(),
+        }
+    }
+
+    fn link_to(&self, host: &str, port: u16) -> Option<Arc<Link>> {
+        match &self.topology {
+            Topology::Cluster(cluster) => cluster.link_to(host, port),
+            // A standalone or Sentinel master is not a cluster node: nothing to follow.
+            Topology::Single { .. } => None,
+        }
+    }
+
+    /// Runs `script` on the master of `slot` within `timeout`; `build(verb, sha1_or_source)`
+    /// makes the `EVALSHA`/`EVAL` command. See the module docs for what is sent again.
+    ///
+    /// # Errors
+    /// What the failure means for the state ([`Failure`]); never `NoScript`.
+    pub(crate) async fn run_script(
+        &self,
+        script: (&str, &str, &str),
+        slot: u16,
+        build: &(dyn Fn(&str, &str) -> Cmd + Sync),
+        timeout: Duration,
+    ) -> Result<Reply, Failure> {
+        let (name, source, sha1) = script;
+        let mut link = self.link(slot)?;
+        let deadline = Instant::now() + timeout;
+        let mut eval = false;
+        let mut asking = false;
+        let mut redirects = 0;
+        loop {
+            let cmd = if eval {
+                build("EVAL", source)
+            } else {
+                build("EVALSHA", sha1)
+            };
+            let sent = tokio::time::timeout_at(deadline, self.send(&link, &cmd, asking)).await;
+            let (first, replicas_acked) = match sent {
+                Err(_elapsed) => {
+                    link.timed_out();
+                    return Err(Failure::Indeterminate);
+                }
+                Ok(Err(e)) => {
+                    link.replied();
+                    return Err(self.after_dispatch(&e));
+                }
+                Ok(Ok(values)) => {
+                    link.replied();
+                    values
+                }
+            };
+            if let Value::ServerError(e) = &first {
+                match e.code() {
+                    "MOVED" | "ASK" if redirects < MAX_REDIRECTS => {
+                        self.hint();
+                        redirects += 1;
+                        let target = e.details().and_then(redirect_target);
+                        match target.and_then(|(host, port)| self.link_to(host, port)) {
+                            Some(next) => {
+                                link = next;
+                                asking = e.code() == "ASK";
+                                continue;
+                            }
+                            // Not a connected master (yet): nothing ran, try later.
+                            None => return Err(Failure::Unavailable(UnavailableCategory::Server)),
+                        }
+                    }
+                    "READONLY" => {
+                        // This node was demoted; the supervisor finds the new master.
+                        link.retire("the node answered READONLY (no longer a master)");
+                        self.hint();
+                    }
+                    "CLUSTERDOWN" | "TRYAGAIN" => self.hint(),
+                    _ => {}
+                }
+            }
+            match classify(Ok(first)) {
+                Ok(value) => {
+                    return Ok(Reply {
+                        value,
+                        replicas_acked,
+                    });
+                }
+                Err(Failure::NoScript) if !eval => {
+                    tracing::info!(
+                        program = name,
+                        "NOSCRIPT: sending the exact source with EVAL"
+                    );
+                    eval = true;
+                }
+                // The server just refused the source it was sent: it cannot run it.
+                Err(Failure::NoScript) => {
+                    return Err(Failure::Incompatible(IncompatibleCategory::Program));
+                }
+                Err(f) => return Err(f),
+            }
+        }
+    }
+
+    /// Sends `cmd` on `link`, preceded by `ASKING` and followed by `WAIT` when asked, in one
+    /// write; the program's reply and the `WAIT` count.
+    async fn send(
+        &self,
+        link: &Link,
+        cmd: &Cmd,
+        asking: bool,
+    ) -> RedisResult<(Value, Option<u64>)> {
+        let mut conn = link.conn.clone();
+        if !asking && self.wait.is_none() {
+            return conn.send_packed_command(cmd).await.map(|v| (v, None));
+        }
+        let mut pipe = redis::pipe();
+        if asking {
+            pipe.cmd("ASKING");
+        }
+        pipe.add_command(cmd.clone());
+        if let Some((replicas, ms)) = self.wait {
+            pipe.cmd("WAIT").arg(replicas).arg(ms);
+        }
+        let n = usize::from(asking) + 1 + usize::from(self.wait.is_some());
+        let mut values = conn.send_packed_commands(&pipe, 0, n).await?.into_iter();
+        if asking {
+            values.next();
+        }
+        let first = values.next().unwrap_or(Value::Nil);
+        // A WAIT that failed (refused by ACL, say) acknowledges nothing.
+        let acked = self.wait.map(|_| match values.next() {
+            Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
+            _ => 0,
+        });
+        Ok((first, acked))
+    }
+
+    /// Sends one plain command (a read) to the master of `slot` within `timeout`. Nothing is
+    /// sent again: a redirect is `Unavailable(server)` (and refreshes the topology).
+    ///
+    /// # Errors
+    /// What the failure means ([`Failure`]).
+    pub(crate) async fn run_command(
+        &self,
+        cmd: &Cmd,
+        slot: u16,
+        timeout: Duration,
+    ) -> Result<Value, Failure> {
+        let link = self.link(slot)?;
+        let mut conn = link.conn.clone();
+        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+            Err(_elapsed) => {
+                link.timed_out();
+                Err(Failure::Indeterminate)
+            }
+            Ok(result) => {
+                link.replied();
+                if let Ok(Value::ServerError(e)) = &result {
+                    match e.code() {
+                        "READONLY" => {
+                            link.retire("the node answered READONLY (no longer a master)");
+                            self.hint();
+                        }
+                        "MOVED" | "ASK" | "CLUSTERDOWN" | "TRYAGAIN" => self.hint(),
+                        _ => {}
+                    }
+                }
+                classify(result)
+            }
+        }
+    }
+
+    /// A live link for `slot`, or the failure that says why there is none (nothing sent).
+    fn link(&self, slot: u16) -> Result<Arc<Link>, Failure> {
+        match self.pick(slot) {
+            Pick::Up(link) => Ok(link),
+            Pick::Down(_) => {
+                self.hint();
+                Err(Failure::Unavailable(UnavailableCategory::Connect))
+            }
+            Pick::Incompatible(_) => Err(Failure::Incompatible(IncompatibleCategory::Program)),
+        }
+    }
+
+    fn after_dispatch(&self, e: &redis::RedisError) -> Failure {
+        let f = failure::after_dispatch(e);
+        if f == Failure::Indeterminate {
+            tracing::debug!(error = %e, "command failed after dispatch");
+        }
+        f
+    }
+}
+
+/// `MOVED`/`ASK` details: `<slot> <host>:<port>` (an IPv6 host keeps its colons).
+fn redirect_target(details: &str) -> Option<(&str, u16)> {
+    let (_slot, addr) = details.trim().split_once(' ')?;
+    let (host, port) = addr.rsplit_once(':')?;
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    Some((host, port.parse().ok()?))
+}
+
+/// A reply value, or what its failure means. Error replies arrive either as `Err` or inside
+/// `Ok(Value::ServerError)` depending on the driver path; both are classified alike.
+pub(crate) fn classify(result: RedisResult<Value>) -> Result<Value, Failure> {
+    match result {
+        Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
+        Ok(value) => Ok(value),
+        Err(e) => {
+            let f = failure::after_dispatch(&e);
+            if f == Failure::Indeterminate {
+                tracing::debug!(error = %e, "command failed after dispatch");
+            }
+            Err(f)
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redirect_targets_parse() {
+        assert_eq!(
+            redirect_target("3999 127.0.0.1:6381"),
+            Some(("127.0.0.1", 6381))
+        );
+        assert_eq!(redirect_target("1 ::1:7000"), Some(("::1", 7000)));
+        assert_eq!(redirect_target("1 [::1]:7000"), Some(("::1", 7000)));
+        assert_eq!(redirect_target("garbage"), None);
+        assert_eq!(redirect_target("1 host:port"), None);
+    }
+
+    #[test]
+    fn durability_needs_the_asked_replicas() {
+        let reply = |acked| Reply {
+            value: Value::Nil,
+            replicas_acked: acked,
+        };
+        assert!(reply(None).durable(1));
+        assert!(reply(Some(1)).durable(1));
+        assert!(reply(Some(2)).durable(1));
+        assert!(!reply(Some(0)).durable(1));
+    }
+}
