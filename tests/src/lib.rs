@@ -3,6 +3,7 @@
 
 pub mod cluster;
 pub mod conformance;
+pub mod failover;
 pub mod lua;
 pub mod redis_server;
 pub mod redis_target;

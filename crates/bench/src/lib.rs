@@ -4,7 +4,11 @@
 //! ```text
 //! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
+//!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
 //! ```
+//!
+//! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
+//! `--topology sentinel`, of sentinels (and `--master-name` names the master).
 //!
 //! The key design decision: **rl-bench is a composition root, like `app-bootstrap`.** It
 //! builds a provider itself (naming `adapter-redis` and `adapter-local` directly) instead of
@@ -88,6 +92,16 @@ pub struct Args {
     /// Print one JSON object instead of the table.
     #[arg(long)]
     pub json: bool,
+    /// standalone (default) | sentinel | cluster; the two last take a comma-separated
+    /// `--redis-url` list (sentinels, or cluster seed nodes).
+    #[arg(long, default_value = "standalone", value_parser = ["standalone", "sentinel", "cluster"])]
+    pub topology: String,
+    /// The master name the sentinels monitor (`--topology sentinel`).
+    #[arg(long, default_value = "mymaster")]
+    pub master_name: String,
+    /// Multiplexed connections per master.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub connections: u64,
 }
 
 fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
@@ -301,7 +315,17 @@ pub async fn provider(
             },
         )),
         ProviderKind::Redis => {
-            let mut settings = RedisSettings::new(args.redis_url.clone());
+            let urls: Vec<String> = args
+                .redis_url
+                .split(',')
+                .map(|u| u.trim().to_owned())
+                .collect();
+            let mut settings = match args.topology.as_str() {
+                "cluster" => RedisSettings::cluster(urls),
+                "sentinel" => RedisSettings::sentinel(args.master_name.clone(), urls),
+                _ => RedisSettings::new(args.redis_url.clone()),
+            };
+            settings.connections = usize::try_from(args.connections)?;
             // Generous bounds: the bench measures throughput, so neither the admission bound
             // nor the timeout should be what limits it (errors are counted if they happen).
             settings.max_in_flight = usize::try_from(args.concurrency)?.max(1024);

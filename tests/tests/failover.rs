@@ -1,0 +1,176 @@
+//! Failover under load, on servers the harness starts: a master is SIGKILLed while workers
+//! evaluate, and the run is summarized (`--nocapture` prints the figures that
+//! docs/operations.md reports):
+//!
+//! - the outage: from the kill until the first decision after the last failure;
+//! - what was answered meanwhile: only `Unavailable`/`Indeterminate` or decisions, never
+//!   `Incompatible`, and never an allow the provider did not read from a reply;
+//! - over-admission per key (a fixed window of an hour: each subject may be admitted `LIMIT`
+//!   times in all), with and without `min_replicas_ack`. Asynchronous replication may lose
+//!   the master's last writes, so without it a few admissions can be repeated (bounded by
+//!   what was in flight); with `min_replicas_ack = 1` an admission the replica did not
+//!   acknowledge is `Indeterminate`, so none is. That needs more replicas than acks asked
+//!   for: after a failover the new master must still have `min_replicas_ack` replicas, or
+//!   every allow stays `Indeterminate` (fail closed) until one returns.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use acceptance_tests::cluster::RedisCluster;
+use acceptance_tests::conformance;
+use acceptance_tests::failover::{Answer, Load, Record, Summary, summarize};
+use adapter_redis::keys::hash_slot;
+use adapter_redis::{RedisProvider, RedisSettings};
+use shared_contract::{
+    AlgorithmKind, Cost, Deadline, EdgeRateLimitPort, PolicyId, PolicySet, RateLimitOutcome,
+    RateLimitRequest, SubjectDigest,
+};
+
+/// Admissions per subject for the whole run.
+const LIMIT: u64 = 20;
+const SUBJECTS: usize = 150;
+const CONCURRENCY: usize = 16;
+/// Generous for two shared cores; a killed master's calls fail fast (connection reset).
+const COMMAND_TIMEOUT: Duration = Duration::from_millis(250);
+
+fn policies() -> PolicySet {
+    conformance::policy_set(vec![conformance::policy(
+        AlgorithmKind::FixedWindow,
+        1,
+        LIMIT,
+        3_600_000,
+        1,
+    )])
+}
+
+fn subjects() -> Arc<Vec<SubjectDigest>> {
+    Arc::new((0..SUBJECTS).map(|_| conformance::fresh_subject()).collect())
+}
+
+/// Evaluates `subject` until a decision comes back (recovery seen from outside the load).
+async fn wait_for_decision(
+    port: &dyn EdgeRateLimitPort,
+    policy: &PolicyId,
+    subject: SubjectDigest,
+    timeout: Duration,
+) {
+    let end = Instant::now() + timeout;
+    loop {
+        let outcome = port
+            .evaluate(RateLimitRequest {
+                policy_id: policy.clone(),
+                subject,
+                cost: Cost::ONE,
+                evaluation_id: None,
+                deadline: Deadline::within(Duration::from_secs(2)).expect("deadline"),
+            })
+            .await
+            .expect("a valid request");
+        if matches!(outcome, RateLimitOutcome::Evaluated(_)) {
+            return;
+        }
+        assert!(Instant::now() < end, "no decision within {timeout:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// Checks what must hold whatever the topology, and that the run consumed every watched
+/// subject's quota after the outage (so over-admission was really measured).
+fn check(summary: &Summary, records: &[Record], fault: Duration, watched: &[usize]) {
+    assert_eq!(summary.incompatible, 0, "{summary}");
+    let outage = summary.outage.expect("the fault caused failures");
+    assert!(outage < Duration::from_secs(20), "{summary}");
+    let recovered = fault + outage;
+    for &s in watched {
+        assert!(
+            records
+                .iter()
+                .any(|r| r.subject == s && r.at >= recovered && r.answer == Answer::Denied),
+            "subject {s} never reached its limit after the outage: the run was too short"
+        );
+    }
+}
+
+/// A 3-master cluster with `replicas` replicas each; kills the master of a third of the
+/// subjects.
+async fn cluster_failover(replicas: usize, min_replicas_ack: u32) -> (Summary, Summary) {
+    let mut cluster = tokio::task::block_in_place(|| RedisCluster::start(3, replicas));
+    let policies = policies();
+    let policy = policies.default_id().clone();
+    let mut settings = RedisSettings::cluster(cluster.urls());
+    settings.command_timeout = COMMAND_TIMEOUT;
+    settings.min_replicas_ack = min_replicas_ack;
+    let provider = Arc::new(
+        RedisProvider::connect(settings, policies)
+            .await
+            .expect("valid settings"),
+    );
+    let subjects = subjects();
+    let slots: Vec<u16> = subjects
+        .iter()
+        .map(|s| {
+            let key = provider.state_key(&policy, s).expect("known policy");
+            hash_slot(key.as_bytes())
+        })
+        .collect();
+    let victim = cluster.master_for_slot(slots[0]);
+    let owners = cluster.slot_owners();
+    let hit: Vec<bool> = slots
+        .iter()
+        .map(|&s| owners[usize::from(s)] == victim)
+        .collect();
+    let watched: Vec<usize> = (0..SUBJECTS).filter(|&i| hit[i]).collect();
+
+    let load = Load::start(
+        provider.clone(),
+        policy.clone(),
+        subjects.clone(),
+        CONCURRENCY,
+        Duration::from_secs(2),
+    );
+    // About a third of the quota is used before the kill.
+    load.wait_allowed(LIMIT * SUBJECTS as u64 / 3, Duration::from_secs(30))
+        .await;
+    let fault = load.elapsed();
+    tokio::task::block_in_place(|| {
+        cluster.kill_master_of_slot(slots[0]);
+        cluster.wait_for_failover(slots[0], Duration::from_secs(30));
+    });
+    wait_for_decision(
+        provider.as_ref(),
+        &policy,
+        subjects[watched[0]],
+        Duration::from_secs(20),
+    )
+    .await;
+    // Long enough to use up every quota left.
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let records = load.stop().await;
+    let on_victim = summarize(&records, fault, LIMIT, SUBJECTS, |i| hit[i]);
+    let elsewhere = summarize(&records, fault, LIMIT, SUBJECTS, |i| !hit[i]);
+    check(&on_victim, &records, fault, &watched);
+    (on_victim, elsewhere)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_under_load_without_replica_acks() {
+    let (victim, others) = cluster_failover(1, 0).await;
+    println!("cluster failover, min_replicas_ack = 0: killed shard: {victim}");
+    println!("cluster failover, min_replicas_ack = 0: other shards: {others}");
+    // Asynchronous replication may lose the last writes the master answered: at most about
+    // one per request in flight.
+    assert!(victim.over_admitted <= CONCURRENCY as u64, "{victim}");
+    assert_eq!(others.over_admitted, 0, "{others}");
+    assert_eq!(others.incompatible, 0, "{others}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_master_killed_under_load_with_replica_acks_over_admits_nothing() {
+    // Two replicas per master: after the failover the new master still has one to
+    // acknowledge (with one, every allow would stay Indeterminate until a replica returns).
+    let (victim, others) = cluster_failover(2, 1).await;
+    println!("cluster failover, min_replicas_ack = 1: killed shard: {victim}");
+    println!("cluster failover, min_replicas_ack = 1: other shards: {others}");
+    assert_eq!(victim.over_admitted, 0, "{victim}");
+    assert_eq!(others.over_admitted, 0, "{others}");
+}
