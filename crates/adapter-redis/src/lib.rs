@@ -13,6 +13,7 @@
 //! | program manifests, embedded sources, arguments | [`programs`] |
 //! | the strict reply parser (pure) | [`reply`] |
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
+//! | the Redis commands each program calls, as ACL rules name them | [`acl`] |
 //! | settings, supervised connections, the port | [`provider`] |
 //! | the crate's error type | [`error`] |
 //! | the event-gate provider (second port) | [`gate`] |
@@ -28,6 +29,7 @@
 //! | --- | --- | --- |
 //! | (none) | | plain TCP `redis://` standalone servers; TLS, Sentinel and Cluster are not built yet |
 
+pub mod acl;
 pub mod error;
 pub mod failure;
 pub mod gate;
