@@ -13,7 +13,7 @@
 //! | program manifests, embedded sources, arguments | [`programs`] |
 //! | the strict reply parser (pure) | [`reply`] |
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
-//! | the Redis commands each program calls, as ACL rules name them | [`acl`] |
+//! | the start-up check of the ACL user's permissions | [`acl`] |
 //! | settings, supervised connections, the port | [`provider`] |
 //! | the crate's error type | [`error`] |
 //! | the event-gate provider (second port) | [`gate`] |

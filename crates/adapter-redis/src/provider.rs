@@ -22,7 +22,10 @@
 //! +get +set` (the programs call `TIME`, `GET` and `SET`). `INFO` is optional: without it
 //! the server version check is skipped. Credentials come from the URL
 //! (`redis://user:password@host:port/db`); a refused login leaves the connection down
-//! (`Unavailable(connect)`), a refused command or key is `Incompatible(program)`.
+//! (`Unavailable(connect)`). Every new connection is checked before use ([`crate::acl`]):
+//! a user that may not run one of the programs' commands (or `EVALSHA`, `EVAL`, `PING`) on
+//! the prefix's keys makes it `Incompatible`, so every evaluation is `Incompatible(program)`
+//! from the first request on and `readiness()` names what is missing and the rule to grant.
 //!
 //! ## At most once
 //!
@@ -46,6 +49,7 @@ use shared_contract::{
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::task::JoinHandle;
 
+use crate::acl;
 use crate::error::Error;
 use crate::failure::{self, Failure};
 use crate::keys::{PolicyKeys, check_prefix};
@@ -348,14 +352,16 @@ pub(crate) struct Pool {
 
 impl Pool {
     /// Checks `settings`, starts one supervisor per connection (each preloads `scripts`,
-    /// `(name, source, sha1)`, after connecting), and waits at most `connect_timeout` for every
-    /// first attempt. An unreachable server is not an error.
+    /// `(name, source, sha1)`, after connecting, then checks that the ACL user may run what
+    /// `acl` lists), and waits at most `connect_timeout` for every first attempt. An
+    /// unreachable server is not an error.
     ///
     /// # Errors
     /// [`Error`] naming the bad setting.
     pub(crate) async fn start(
         settings: &RedisSettings,
         scripts: Arc<[Script]>,
+        acl: Arc<acl::Needs>,
     ) -> Result<Self, Error> {
         let endpoint = Arc::new(settings.validate()?);
         let slots: Vec<Arc<Slot>> = (0..settings.connections)
@@ -375,6 +381,7 @@ impl Pool {
                     endpoint.clone(),
                     settings.clone(),
                     scripts.clone(),
+                    acl.clone(),
                     attempts_tx.clone(),
                 ))
             })
@@ -525,7 +532,8 @@ impl RedisProvider {
                 },
             );
         }
-        let pool = Pool::start(&settings, rate_scripts()).await?;
+        let acl = Arc::new(acl::Needs::rate(&settings.key_prefix));
+        let pool = Pool::start(&settings, rate_scripts(), acl).await?;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
@@ -678,6 +686,7 @@ async fn open(
     endpoint: &Endpoint,
     settings: &RedisSettings,
     scripts: &[Script],
+    acl: &acl::Needs,
 ) -> Result<(Link, Arc<Notify>, JoinHandle<()>), Attempt> {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
@@ -758,13 +767,14 @@ async fn open(
         let mut conn = link.conn.clone();
         check_version(&mut conn).await?;
         check_eviction_policy(&mut conn, settings.strict_eviction_policy).await?;
-        preload(&mut conn, scripts).await
+        preload(&mut conn, scripts).await?;
+        acl::check(&mut conn, acl, endpoint.info.redis_settings().username()).await
     };
     let checked = tokio::time::timeout(settings.connect_timeout, setup)
         .await
         .unwrap_or_else(|_| {
             Err(Attempt::Down(
-                "no reply to INFO / SCRIPT LOAD in time".to_owned(),
+                "no reply to INFO / SCRIPT LOAD / the ACL check in time".to_owned(),
             ))
         });
     match checked {
@@ -779,7 +789,7 @@ async fn open(
 /// The task that reads replies for a connection (plain or TLS).
 type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
 
-enum Attempt {
+pub(crate) enum Attempt {
     Down(String),
     Incompatible(String),
 }
@@ -929,6 +939,7 @@ async fn supervise(
     endpoint: Arc<Endpoint>,
     settings: RedisSettings,
     scripts: Arc<[Script]>,
+    acl: Arc<acl::Needs>,
     attempts: Arc<watch::Sender<usize>>,
 ) {
     let min_backoff = Duration::from_millis(25);
@@ -936,7 +947,7 @@ async fn supervise(
     let mut first = true;
     let mut was_up = false;
     loop {
-        match open(&endpoint, &settings, &scripts).await {
+        match open(&endpoint, &settings, &scripts, &acl).await {
             Ok((link, ended, driver)) => {
                 let link = Arc::new(link);
                 slot.set(SlotState::Up(link.clone()));

@@ -29,7 +29,11 @@
 //! (`<prefix>:gate:{<gate>}:<part>`), so `~<prefix>:*` covers them. Besides the rate-limit
 //! provider's commands the gate programs call `+get +incr +hget +hmget +hset +hdel +hlen
 //! +zadd +zrem +zrange +zrangebyscore +xadd +xrange +xrevrange +xinfo|stream +exists
-//! +time`, and the event lookup sends `HGET` directly.
+//! +time`, and the event lookup sends `HGET` directly. Each program manifest lists its
+//! commands, and every new connection is checked against them before use ([`crate::acl`]):
+//! a refused command would otherwise stop a program after some of its writes (Redis does
+//! not undo them), leaving, say, an event submitted without its stream entry. A user that
+//! lacks any of them makes the pool `Incompatible` and `readiness()` names what is missing.
 //!
 //! ## Updates
 //!
@@ -361,7 +365,8 @@ impl RedisGateProvider {
                 },
             );
         }
-        let pool = Pool::start(&settings, gate_scripts()).await?;
+        let acl = Arc::new(crate::acl::Needs::gates(&settings.key_prefix));
+        let pool = Pool::start(&settings, gate_scripts(), acl).await?;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
