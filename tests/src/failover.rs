@@ -12,8 +12,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use shared_contract::{
-    Cost, Deadline, EdgeRateLimitPort, PolicyId, RateLimitOutcome, RateLimitRequest,
-    SubjectDigest,
+    Cost, Deadline, EdgeRateLimitPort, PolicyId, RateLimitOutcome, RateLimitRequest, SubjectDigest,
 };
 
 /// What one evaluation answered.

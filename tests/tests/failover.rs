@@ -44,7 +44,11 @@ fn policies() -> PolicySet {
 }
 
 fn subjects() -> Arc<Vec<SubjectDigest>> {
-    Arc::new((0..SUBJECTS).map(|_| conformance::fresh_subject()).collect())
+    Arc::new(
+        (0..SUBJECTS)
+            .map(|_| conformance::fresh_subject())
+            .collect(),
+    )
 }
 
 /// Evaluates `subject` until a decision comes back (recovery seen from outside the load).

@@ -1,5 +1,10 @@
 //! The Redis provider over TLS (server-auth and mutual) and as a least-privilege ACL user,
 //! on servers the harness starts. Certificates come from `openssl` into a temp dir.
+//!
+//! The start-up ACL check: the least-privilege users documented in `docs/operations.md`
+//! (read from it) pass it for rate limits and for gates; a user missing a command, or whose
+//! key pattern excludes the prefix, is refused before any program runs (readiness names what
+//! is missing, every evaluation is `Incompatible(program)`, nothing is written).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -302,4 +307,271 @@ async fn an_evicting_maxmemory_policy_is_refused_under_strict_and_only_warned_ot
     s.command_timeout = Duration::from_millis(500);
     s.strict_eviction_policy = true;
     enforces(&provider(s).await, 9).await;
+}
+
+// ---- The start-up ACL check ----------------------------------------------------------------
+
+/// The rules of the documented least-privilege users, `docs/operations.md` "TLS and ACL":
+/// `[rate limits, rate limits and gates]`, each as the rules after `>PASSWORD`.
+fn documented_acl_rules() -> [Vec<String>; 2] {
+    let doc = include_str!("../../docs/operations.md");
+    let lines: Vec<Vec<String>> = doc
+        .lines()
+        .filter_map(|l| l.strip_prefix("user limiter on >PASSWORD "))
+        .map(|rules| rules.split_whitespace().map(str::to_owned).collect())
+        .collect();
+    match <[Vec<String>; 2]>::try_from(lines) {
+        Ok(both) => both,
+        Err(got) => panic!(
+            "operations.md documents 2 limiter users, found {}",
+            got.len()
+        ),
+    }
+}
+
+/// `ACL SETUSER name reset on >PASSWORD rules...` through a default-user connection.
+fn acl_user<S: AsRef<str>>(server: &RedisServer, name: &str, rules: &[S]) {
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg(name)
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{PASSWORD}"));
+    for r in rules {
+        cmd.arg(r.as_ref());
+    }
+    let _: () = cmd.query(&mut server.connection()).expect("ACL SETUSER");
+}
+
+/// A password that must never appear in a reason.
+const PASSWORD: &str = "pw-never-printed-7Qx";
+
+fn as_user(server: &RedisServer, user: &str) -> RedisSettings {
+    let mut s = RedisSettings::new(server.url());
+    s.username = Some(user.to_owned());
+    s.password = Some(PASSWORD.to_owned());
+    s.command_timeout = Duration::from_millis(500);
+    s
+}
+
+/// `rules` without the ones listed in `drop`.
+fn without(rules: &[String], drop: &[&str]) -> Vec<String> {
+    rules
+        .iter()
+        .filter(|r| !drop.contains(&r.as_str()))
+        .cloned()
+        .collect()
+}
+
+fn not_ready(readiness: shared_contract::Readiness, who: &str) -> String {
+    match readiness {
+        shared_contract::Readiness::NotReady(why) => {
+            assert!(!why.contains(PASSWORD), "{who}: {why}");
+            why
+        }
+        shared_contract::Readiness::Ready => panic!("{who}: ready although the check refused"),
+    }
+}
+
+/// No key was written and no data command ran (the check runs none of the commands it
+/// probes; a program that ran would show `TIME`, `GET` or a refused call in commandstats).
+fn nothing_ran(server: &RedisServer, who: &str) {
+    let mut c = server.connection();
+    let keys: i64 = redis::cmd("DBSIZE").query(&mut c).expect("DBSIZE");
+    assert_eq!(keys, 0, "{who}: state was written");
+    let stats: String = redis::cmd("INFO")
+        .arg("commandstats")
+        .query(&mut c)
+        .expect("INFO commandstats");
+    for cmd in [
+        "evalsha", "time", "get", "set", "incr", "hset", "zadd", "xadd",
+    ] {
+        let line = format!("cmdstat_{cmd}:");
+        assert!(!stats.contains(&line), "{who}: {cmd} ran:\n{stats}");
+    }
+}
+
+fn gate_set() -> shared_contract::gate::GateSet {
+    use shared_contract::gate::{GateId, GateMode, GateSet, GateSettings, GateSpec};
+    let spec = GateSpec::new(
+        GateId::new("orders").expect("gate id"),
+        GateMode::OnlyOnce,
+        Duration::from_secs(60),
+    );
+    GateSet::new(vec![GateSettings::new(spec).expect("gate")]).expect("gate set")
+}
+
+async fn gate_provider(settings: RedisSettings) -> adapter_redis::RedisGateProvider {
+    let gs = adapter_redis::RedisGateSettings {
+        run_publisher: false,
+        ..adapter_redis::RedisGateSettings::default()
+    };
+    adapter_redis::RedisGateProvider::connect(settings, gate_set(), gs)
+        .await
+        .expect("settings are valid")
+}
+
+async fn submit(
+    p: &adapter_redis::RedisGateProvider,
+    id: &str,
+) -> shared_contract::gate::GateOutcome<shared_contract::gate::SubmitOutcome> {
+    use shared_contract::gate::{EventGatePort, EventId, EventKey, GateId, SubmitRequest};
+    p.submit(SubmitRequest {
+        gate: GateId::new("orders").expect("gate id"),
+        key: EventKey::new("customer-1").expect("key"),
+        id: EventId::new(id).expect("id"),
+        deadline: Deadline::within(Duration::from_secs(10)).expect("deadline"),
+    })
+    .await
+    .expect("known gate")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_documented_least_privilege_users_pass_the_acl_check_for_rate_limits_and_gates() {
+    use shared_contract::Readiness;
+    use shared_contract::gate::{EventGatePort, GateOutcome, SubmitOutcome};
+    let [rate_rules, gate_rules] = documented_acl_rules();
+    let server = RedisServer::start();
+    acl_user(&server, "rates", &rate_rules);
+    acl_user(&server, "gates", &gate_rules);
+
+    // Rate limits: ready before the first request, and the limit holds.
+    for user in ["rates", "gates"] {
+        let p = provider(as_user(&server, user)).await;
+        assert_eq!(p.readiness().await, Readiness::Ready, "{user}");
+    }
+    enforces(&provider(as_user(&server, "rates")).await, 10).await;
+
+    // Gates: the gate user passes the gate provider's check and submits.
+    let g = gate_provider(as_user(&server, "gates")).await;
+    assert_eq!(EventGatePort::readiness(&g).await, Readiness::Ready);
+    assert!(
+        matches!(
+            submit(&g, "e1").await,
+            GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
+        ),
+        "the gate user submits"
+    );
+
+    // The rate-limit user is not enough for gates: the gate provider checks its own programs'
+    // needs and says so before anything is written under the gate's keys.
+    let g = gate_provider(as_user(&server, "rates")).await;
+    let why = not_ready(EventGatePort::readiness(&g).await, "rates on gates");
+    for needle in [
+        "INCR",
+        "XADD",
+        "XINFO|STREAM",
+        "gate-submit-v1.lua",
+        "+xadd",
+    ] {
+        assert!(why.contains(needle), "{needle}: {why}");
+    }
+    assert!(
+        !why.contains(" SET on") && !why.contains("TIME"),
+        "SET and TIME are granted: {why}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_user_missing_a_permission_is_incompatible_from_the_first_request_and_nothing_runs() {
+    use shared_contract::IncompatibleCategory;
+    let [rate_rules, _] = documented_acl_rules();
+    let server = RedisServer::start();
+    let other_keys: Vec<String> = rate_rules
+        .iter()
+        .map(|r| {
+            if r == "~rl:*" {
+                "~app:*".to_owned()
+            } else {
+                r.clone()
+            }
+        })
+        .collect();
+    // (user, rules, what the reason must name)
+    let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
+        (
+            "noset",
+            without(&rate_rules, &["+set"]),
+            vec![
+                "ACL user \"noset\" may not run SET on \"rl:*\" keys",
+                "rate-token-bucket-v1.lua",
+                "grant +set ~rl:*",
+            ],
+        ),
+        (
+            "notime",
+            without(&rate_rules, &["+time"]),
+            vec!["may not run TIME (used by rate-", "grant +time"],
+        ),
+        (
+            "otherkeys",
+            other_keys,
+            vec![
+                "EVALSHA on \"rl:*\" keys",
+                "GET on \"rl:*\" keys",
+                "SET on \"rl:*\" keys",
+                "~rl:*",
+            ],
+        ),
+        (
+            "noevalsha",
+            without(&rate_rules, &["+evalsha"]),
+            vec!["may not run EVALSHA on \"rl:*\" keys", "grant +evalsha"],
+        ),
+        (
+            "noeval",
+            without(&rate_rules, &["+eval", "+evalsha"]),
+            vec!["may not run EVAL", "grant +eval +evalsha"],
+        ),
+    ];
+    for (user, rules, _) in &cases {
+        acl_user(&server, user, rules);
+    }
+    for (user, _, needles) in &cases {
+        let p = provider(as_user(&server, user)).await;
+        // Known before any request: the check refused the connection, no program was run.
+        let why = not_ready(p.readiness().await, user);
+        for needle in needles {
+            assert!(why.contains(needle), "{user}: {needle:?} not in {why}");
+        }
+        for tag in [20, 21] {
+            assert_eq!(
+                p.evaluate(request(tag)).await.expect("valid request"),
+                RateLimitOutcome::Incompatible {
+                    policy_id: PolicyId::new("api").expect("id"),
+                    category: IncompatibleCategory::Program,
+                },
+                "{user}"
+            );
+        }
+        nothing_ran(&server, user);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_user_missing_xadd_is_refused_before_a_submission_can_write_half_an_event() {
+    use shared_contract::IncompatibleCategory;
+    use shared_contract::gate::{EventGatePort, GateOutcome};
+    let [_, gate_rules] = documented_acl_rules();
+    let server = RedisServer::start();
+    acl_user(&server, "noxadd", &without(&gate_rules, &["+xadd"]));
+    let g = gate_provider(as_user(&server, "noxadd")).await;
+    let why = not_ready(EventGatePort::readiness(&g).await, "noxadd");
+    for needle in [
+        "may not run XADD on \"rl:*\" keys",
+        "gate-submit-v1.lua",
+        "gate-publish-v1.lua",
+        "grant +xadd ~rl:*",
+    ] {
+        assert!(why.contains(needle), "{needle:?} not in {why}");
+    }
+    assert_eq!(
+        submit(&g, "e1").await,
+        GateOutcome::Incompatible {
+            category: IncompatibleCategory::Program
+        }
+    );
+    // Without the check this submission would have run INCR, ZADD and HSET before the refused
+    // XADD, leaving an event that no stream entry announces.
+    nothing_ran(&server, "noxadd");
 }

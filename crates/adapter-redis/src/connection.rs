@@ -112,6 +112,8 @@ impl LastError {
 pub(crate) struct Setup {
     /// Programs preloaded with `SCRIPT LOAD`.
     pub(crate) scripts: Arc<[Script]>,
+    /// What the ACL user must be allowed, checked on every new connection.
+    pub(crate) acl: Arc<crate::acl::Needs>,
 }
 
 /// Consecutive command timeouts after which a connection is presumed stuck (a half-open
@@ -388,13 +390,14 @@ async fn open(
         check_version(&mut conn).await?;
         check_role(&mut conn, endpoint).await?;
         check_eviction_policy(&mut conn, settings.strict_eviction_policy).await?;
-        preload(&mut conn, &setup.scripts).await
+        preload(&mut conn, &setup.scripts).await?;
+        crate::acl::check(&mut conn, &setup.acl, endpoint.access.redis.username()).await
     };
     let checked = tokio::time::timeout(settings.connect_timeout, checks)
         .await
         .unwrap_or_else(|_| {
             Err(Attempt::Down(format!(
-                "{endpoint}: no reply to the connection checks (INFO, ROLE, CONFIG GET, SCRIPT LOAD) in time"
+                "{endpoint}: no reply to the connection checks (INFO, ROLE, CONFIG GET, SCRIPT LOAD, the ACL check) in time"
             )))
         });
     match checked {

@@ -13,6 +13,7 @@
 //! | program manifests, embedded sources, arguments | [`programs`] |
 //! | the strict reply parser (pure) | [`reply`] |
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
+//! | the start-up check of the ACL user's permissions | [`acl`] |
 //! | settings, topology, the port | [`provider`] |
 //! | supervised connections to one node | `connection` |
 //! | topologies (standalone, Sentinel, Cluster) and running a program | `pool`, `sentinel`, `cluster` |
@@ -30,6 +31,7 @@
 //! | --- | --- | --- |
 //! | (none) | | `redis://` and `rediss://` (TLS, mutual TLS); standalone, Sentinel and Cluster topologies |
 
+pub mod acl;
 mod cluster;
 mod connection;
 pub mod error;

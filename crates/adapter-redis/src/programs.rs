@@ -10,6 +10,8 @@ use std::sync::LazyLock;
 
 use shared_contract::{Algorithm, AlgorithmKind, RateLimitPolicy};
 
+use crate::acl::{self, Command};
+
 /// The Redis type of a program's state key (what `TYPE key` answers once state exists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {
@@ -37,6 +39,9 @@ pub struct Program {
     pub key_type: KeyType,
     /// Oldest Redis the program runs on (`major`, `minor`).
     pub min_redis_version: (u32, u32),
+    /// Every Redis command the source calls, as ACL rules name it: what the start-up ACL
+    /// check asks for (a test in [`crate::acl`] holds this to the source).
+    pub commands: &'static [&'static Command],
     /// The exact source sent with `EVAL` and hashed for `EVALSHA`.
     pub source: &'static str,
     sha1: LazyLock<String>,
@@ -91,6 +96,8 @@ macro_rules! program {
             algorithm: $kind,
             key_type: $key_type,
             min_redis_version: (7, 0),
+            // Every rate-limit program reads the clock, reads its key and writes it back.
+            commands: &[&acl::TIME, &acl::GET, &acl::SET],
             source: include_str!(concat!("../../../lua/", $file)),
             sha1: LazyLock::new(|| {
                 sha1_smol::Sha1::from(include_str!(concat!("../../../lua/", $file)))

@@ -611,6 +611,9 @@ impl RedisProvider {
             &settings,
             Setup {
                 scripts: rate_scripts(),
+                acl: Arc::new(
+                    crate::acl::Needs::rate(&settings.key_prefix).for_settings(&settings),
+                ),
             },
         )
         .await?;

@@ -10,6 +10,7 @@ use std::sync::LazyLock;
 
 use shared_contract::gate::GateSettings;
 
+use crate::acl::{self, Command};
 use crate::programs::time_test_variant;
 
 /// One event-gate program.
@@ -19,6 +20,9 @@ pub struct GateProgram {
     pub name: &'static str,
     /// Whether the program reads `TIME` (in one marked block, replaced by the test build).
     pub timed: bool,
+    /// Every Redis command the source calls, as ACL rules name it: what the start-up ACL
+    /// check asks for (a test in [`crate::acl`] holds this to the source).
+    pub commands: &'static [&'static Command],
     /// The exact source sent with `EVAL` and hashed for `EVALSHA`.
     pub source: &'static str,
     sha1: LazyLock<String>,
@@ -40,10 +44,11 @@ impl GateProgram {
 }
 
 macro_rules! gate_program {
-    ($file:literal, $timed:expr) => {
+    ($file:literal, $timed:expr, $commands:expr) => {
         GateProgram {
             name: $file,
             timed: $timed,
+            commands: $commands,
             source: include_str!(concat!("../../../../lua/", $file)),
             sha1: LazyLock::new(|| {
                 sha1_smol::Sha1::from(include_str!(concat!("../../../../lua/", $file)))
@@ -55,15 +60,70 @@ macro_rules! gate_program {
 }
 
 /// Receives one event.
-pub static SUBMIT: GateProgram = gate_program!("gate-submit-v1.lua", true);
+pub static SUBMIT: GateProgram = gate_program!(
+    "gate-submit-v1.lua",
+    true,
+    &[
+        &acl::TIME,
+        &acl::GET,
+        &acl::INCR,
+        &acl::HGET,
+        &acl::HMGET,
+        &acl::HSET,
+        &acl::HDEL,
+        &acl::HLEN,
+        &acl::ZADD,
+        &acl::ZREM,
+        &acl::ZRANGEBYSCORE,
+        &acl::XADD,
+        &acl::XREVRANGE,
+    ]
+);
 /// Publishes a bounded batch of due events.
-pub static PUBLISH: GateProgram = gate_program!("gate-publish-v1.lua", true);
+pub static PUBLISH: GateProgram = gate_program!(
+    "gate-publish-v1.lua",
+    true,
+    &[
+        &acl::TIME,
+        &acl::GET,
+        &acl::INCR,
+        &acl::HGET,
+        &acl::HMGET,
+        &acl::HSET,
+        &acl::ZADD,
+        &acl::ZREM,
+        &acl::ZRANGE,
+        &acl::ZRANGEBYSCORE,
+        &acl::XADD,
+        &acl::XREVRANGE,
+    ]
+);
 /// The conditional delete: terminal events past retention, lapsed windows.
-pub static SWEEP: GateProgram = gate_program!("gate-sweep-v1.lua", true);
+pub static SWEEP: GateProgram = gate_program!(
+    "gate-sweep-v1.lua",
+    true,
+    &[
+        &acl::TIME,
+        &acl::GET,
+        &acl::HMGET,
+        &acl::HSET,
+        &acl::HDEL,
+        &acl::ZREM,
+        &acl::ZRANGEBYSCORE,
+    ]
+);
 /// Reads the clock and the incubating events atomically.
-pub static SNAPSHOT: GateProgram = gate_program!("gate-snapshot-v1.lua", false);
+pub static SNAPSHOT: GateProgram = gate_program!(
+    "gate-snapshot-v1.lua",
+    false,
+    &[&acl::GET, &acl::HMGET, &acl::ZRANGE]
+);
 /// Reads the stream after a cursor.
-pub static UPDATES: GateProgram = gate_program!("gate-updates-v1.lua", false);
+pub static UPDATES: GateProgram = gate_program!(
+    "gate-updates-v1.lua",
+    false,
+    &[&acl::GET, &acl::EXISTS, &acl::XRANGE, &acl::XINFO_STREAM]
+);
 
 /// Every gate program of this build.
 pub static GATE_PROGRAMS: [&GateProgram; 5] = [&SUBMIT, &PUBLISH, &SWEEP, &SNAPSHOT, &UPDATES];

@@ -29,7 +29,11 @@
 //! (`<prefix>:gate:{<gate>}:<part>`), so `~<prefix>:*` covers them. Besides the rate-limit
 //! provider's commands the gate programs call `+get +incr +hget +hmget +hset +hdel +hlen
 //! +zadd +zrem +zrange +zrangebyscore +xadd +xrange +xrevrange +xinfo|stream +exists
-//! +time`, and the event lookup sends `HGET` directly.
+//! +time`, and the event lookup sends `HGET` directly. Each program manifest lists its
+//! commands, and every new connection is checked against them before use ([`crate::acl`]):
+//! a refused command would otherwise stop a program after some of its writes (Redis does
+//! not undo them), leaving, say, an event submitted without its stream entry. A user that
+//! lacks any of them makes the pool `Incompatible` and `readiness()` names what is missing.
 //!
 //! ## Updates
 //!
@@ -345,6 +349,9 @@ impl RedisGateProvider {
             &settings,
             Setup {
                 scripts: gate_scripts(),
+                acl: Arc::new(
+                    crate::acl::Needs::gates(&settings.key_prefix).for_settings(&settings),
+                ),
             },
         )
         .await?;
