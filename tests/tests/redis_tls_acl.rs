@@ -8,6 +8,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::OnceLock;
 use std::time::Duration;
 
 use acceptance_tests::redis_server::RedisServer;
@@ -56,7 +57,15 @@ fn openssl(dir: &Path, args: &str) {
 }
 
 /// A CA, a server certificate for 127.0.0.1/localhost and a client certificate.
+///
+/// Made once per test process: tests run in parallel, and regenerating the files under a
+/// server that already loaded them would make its certificates unverifiable mid-test.
 fn pki() -> PathBuf {
+    static PKI: OnceLock<PathBuf> = OnceLock::new();
+    PKI.get_or_init(make_pki).clone()
+}
+
+fn make_pki() -> PathBuf {
     let dir = std::env::temp_dir().join(format!("rl-pki-{}", std::process::id()));
     std::fs::create_dir_all(&dir).expect("pki dir");
     openssl(
@@ -574,4 +583,36 @@ async fn a_gate_user_missing_xadd_is_refused_before_a_submission_can_write_half_
     // Without the check this submission would have run INCR, ZADD and HSET before the refused
     // XADD, leaving an event that no stream entry announces.
     nothing_ran(&server, "noxadd");
+}
+
+// ---- The conformance suite over TLS, as the least-privilege user ---------------------------
+
+/// One server for the whole suite: mutual TLS, and the documented least-privilege rate-limit
+/// user (so every case also runs through the ACL rules it documents).
+fn suite_settings() -> RedisSettings {
+    static SERVER: OnceLock<(RedisServer, u16, PathBuf)> = OnceLock::new();
+    let (_server, port, pki) = SERVER.get_or_init(|| {
+        let pki = pki();
+        let (server, port) = tls_server(&pki, "yes");
+        acl_user(&server, "suite", &documented_acl_rules()[0]);
+        (server, port, pki)
+    });
+    let mut s = tls_settings(
+        *port,
+        TlsFiles {
+            ca_file: Some(pki.join("ca.crt")),
+            cert_file: Some(pki.join("client.crt")),
+            key_file: Some(pki.join("client.key")),
+        },
+    );
+    s.username = Some("suite".to_owned());
+    s.password = Some(PASSWORD.to_owned());
+    s
+}
+
+mod mutual_tls_least_privilege_conformance {
+    use acceptance_tests::redis_target::RedisTarget;
+
+    use super::suite_settings;
+    acceptance_tests::conformance_tests!(RedisTarget::new(suite_settings));
 }
