@@ -412,3 +412,106 @@ async fn disabled_settings_build_nothing() {
         .expect("disabled builds");
     assert!(built.is_none(), "disabled mode must create no port");
 }
+
+fn redis_of(s: Settings) -> adapter_redis::RedisSettings {
+    match s.rate_limit {
+        RateLimitSettings::Enabled(e) => match &e.provider {
+            app_bootstrap::ProviderSettings::Redis(r) => r.redis.clone(),
+            other => panic!("expected redis, got {other:?}"),
+        },
+        RateLimitSettings::Disabled => panic!("enabled = true must enable"),
+    }
+}
+
+#[test]
+fn sentinel_and_cluster_topologies_are_read_with_their_keys() {
+    let s = ok(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"sentinel\"\nmaster_name = \"mymaster\"\n\
+         sentinels = [\"redis://127.0.0.1:26379\", \"redis://127.0.0.1:26380\"]\n\
+         min_replicas_ack = 1",
+        GOOD_POLICY,
+    ));
+    let r = redis_of(s);
+    assert_eq!(
+        r.topology,
+        adapter_redis::Topology::Sentinel {
+            master_name: "mymaster".into(),
+            sentinels: vec![
+                "redis://127.0.0.1:26379".into(),
+                "redis://127.0.0.1:26380".into()
+            ],
+        }
+    );
+    assert_eq!(r.min_replicas_ack, 1);
+    // A comma-separated string (as an environment variable gives it) is a list too.
+    let s = ok(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"cluster\"\n\
+         nodes = \"redis://127.0.0.1:7000, redis://127.0.0.1:7001\"",
+        GOOD_POLICY,
+    ));
+    assert_eq!(
+        redis_of(s).topology,
+        adapter_redis::Topology::Cluster {
+            nodes: vec![
+                "redis://127.0.0.1:7000".into(),
+                "redis://127.0.0.1:7001".into()
+            ],
+        }
+    );
+}
+
+#[test]
+fn topology_mistakes_are_named_by_key_path() {
+    // A cluster without seeds, with a url of the standalone topology.
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"cluster\"\nurl = \"redis://127.0.0.1:6379/0\"",
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.nodes");
+    assert!(problem_at(&e, "rate_limit.redis.url").contains("not used with topology"));
+    // A sentinel topology without master name; a bad second sentinel URL by its index,
+    // without echoing it.
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"sentinel\"\n\
+         sentinels = [\"redis://127.0.0.1:26379\", \"http://u:pw-in-url@x\"]",
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.master_name");
+    problem_at(&e, "rate_limit.redis.sentinels[1]");
+    assert!(!e.to_string().contains("pw-in-url"), "{e}");
+    // Unknown topology, and min_replicas_ack out of range.
+    let e = errors(&redis_config(
+        &secret_line(),
+        &format!("{GOOD_REDIS}\ntopology = \"ring\"\nmin_replicas_ack = 99"),
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.topology");
+    problem_at(&e, "rate_limit.redis.min_replicas_ack");
+    // Nodes given to a standalone topology.
+    let e = errors(&redis_config(
+        &secret_line(),
+        &format!("{GOOD_REDIS}\nnodes = [\"redis://127.0.0.1:7000\"]"),
+        GOOD_POLICY,
+    ));
+    problem_at(&e, "rate_limit.redis.nodes");
+}
+
+#[test]
+fn check_rendering_shows_the_topology_with_passwords_redacted() {
+    let s = ok(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"cluster\"\n\
+         nodes = [\"redis://limiter:n0de-pw@127.0.0.1:7000\"]",
+        GOOD_POLICY,
+    ));
+    let text = s.render();
+    assert!(text.contains("topology = \"cluster\""), "{text}");
+    assert!(text.contains("127.0.0.1:7000"), "{text}");
+    assert!(!text.contains("n0de-pw"), "{text}");
+    let reparsed: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert!(reparsed.contains_key("rate_limit"));
+}

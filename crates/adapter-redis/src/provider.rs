@@ -792,4 +792,59 @@ mod tests {
             assert!(s.validate().is_err(), "{s:?}");
         }
     }
+
+    fn topology_error(s: &RedisSettings) -> String {
+        match s.validate() {
+            Ok(_) => panic!("expected a refusal: {s:?}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn topology_settings_that_cannot_work_are_refused_by_key() {
+        let cluster = |nodes: &[&str]| {
+            RedisSettings::cluster(nodes.iter().map(|n| (*n).to_owned()).collect())
+        };
+        assert!(
+            cluster(&["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"])
+                .validate()
+                .is_ok()
+        );
+        let e = topology_error(&cluster(&[]));
+        assert!(e.starts_with("rate_limit.redis.nodes:"), "{e}");
+        let e = topology_error(&cluster(&["redis://127.0.0.1:7000/3"]));
+        assert!(e.contains("only database 0"), "{e}");
+        let e = topology_error(&cluster(&["redis://a:7000", "rediss://b:7001"]));
+        assert!(e.contains("mixes"), "{e}");
+        let e = topology_error(&cluster(&["redis://a:7000", "unix:///tmp/x"]));
+        assert!(e.starts_with("rate_limit.redis.nodes[1]:"), "{e}");
+        let with_url = RedisSettings {
+            url: "redis://127.0.0.1:6379".into(),
+            ..cluster(&["redis://a:7000"])
+        };
+        assert!(topology_error(&with_url).starts_with("rate_limit.redis.url:"));
+        let sentinel =
+            |name: &str| RedisSettings::sentinel(name, vec!["redis://127.0.0.1:26379".to_owned()]);
+        assert!(sentinel("mymaster").validate().is_ok());
+        assert!(topology_error(&sentinel("")).starts_with("rate_limit.redis.master_name:"));
+        assert!(topology_error(&sentinel("my master")).contains("master_name"));
+        let too_many = RedisSettings {
+            min_replicas_ack: RedisSettings::MAX_REPLICAS_ACK + 1,
+            ..sentinel("mymaster")
+        };
+        assert!(topology_error(&too_many).contains("min_replicas_ack"));
+    }
+
+    #[test]
+    fn node_and_sentinel_passwords_never_reach_debug_output() {
+        let s = RedisSettings::sentinel(
+            "mymaster",
+            vec!["redis://admin:sentinel-secret@127.0.0.1:26379".to_owned()],
+        );
+        let shown = format!("{s:?}");
+        assert!(!shown.contains("sentinel-secret"), "{shown}");
+        assert!(shown.contains("127.0.0.1:26379"), "{shown}");
+        let c = RedisSettings::cluster(vec!["rediss://u:node-secret@h:7000".to_owned()]);
+        assert!(!format!("{c:?}").contains("node-secret"));
+    }
 }
