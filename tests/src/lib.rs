@@ -1,7 +1,9 @@
-//! Test support shared by the acceptance tests: the provider-neutral conformance suite and a
-//! self-contained `redis-server` harness.
+//! Test support shared by the acceptance tests: the provider-neutral conformance suite and
+//! self-contained Redis topologies (a single server, a cluster) on guarded processes.
 
 pub mod cluster;
 pub mod conformance;
 pub mod lua;
+pub mod probe;
+pub mod process;
 pub mod redis_server;
