@@ -1,5 +1,6 @@
 //! Test support shared by the acceptance tests: the provider-neutral conformance suite and
-//! self-contained Redis topologies (a single server, a cluster) on guarded processes.
+//! self-contained Redis topologies (a single server, a cluster, a Sentinel group) on guarded
+//! processes that tests may kill, pause and restart.
 
 pub mod cluster;
 pub mod conformance;
@@ -7,3 +8,4 @@ pub mod lua;
 pub mod probe;
 pub mod process;
 pub mod redis_server;
+pub mod sentinel;
