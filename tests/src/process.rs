@@ -11,6 +11,8 @@
 use std::io::{BufRead, BufReader};
 use std::net::TcpListener;
 use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 /// The guard: start `"$@"` in the background, print its pid, wait for stdin to close, kill.
 /// The program's own output goes to /dev/null; programs started here log to files.
@@ -132,21 +134,68 @@ fn signal(signal: &str, pid: u32) {
         .status();
 }
 
+/// Where [`free_ports`] starts looking: above the well-known service ports.
+const PICK_FROM: u16 = 20_000;
+/// The kernel's ephemeral range when `/proc` does not say (Linux's default).
+const DEFAULT_EPHEMERAL: (u16, u16) = (32_768, 60_999);
+
 /// `n` distinct loopback ports that were free a moment ago.
 ///
-/// Every port is held until all are picked, so they are distinct; another process may still
-/// take one before the caller binds it, which callers handle by retrying their start.
+/// A picked port is only reserved while it is being picked: between the pick and the
+/// server's bind, someone else may take it. Two things make that rare. Ports come from
+/// below the kernel's ephemeral range (`PICK_FROM` up to it), where no outgoing connection
+/// takes its local port: the harness's own probes open many, and one landing on a port a
+/// cluster was about to bind did fail a test. And a process-wide cursor, started at a
+/// random place, hands out each port once, so topologies starting at the same time in one
+/// test binary never get the same port. Where that range is too small, ports come from the
+/// ephemeral range (`127.0.0.1:0`). Callers still retry a start that failed on a taken port.
 ///
 /// # Panics
-/// When the system has no ephemeral port left.
+/// When no loopback port can be bound at all.
 pub fn free_ports(n: usize) -> Vec<u16> {
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("an ephemeral loopback port"))
-        .collect();
+    static CURSOR: OnceLock<AtomicU32> = OnceLock::new();
+    let low = ephemeral_low().unwrap_or(DEFAULT_EPHEMERAL.0);
+    let span = u32::from(low.saturating_sub(PICK_FROM));
+    let mut listeners: Vec<TcpListener> = Vec::with_capacity(n);
+    if span >= 1_000 {
+        let cursor = CURSOR.get_or_init(|| AtomicU32::new(random_seed() % span));
+        for _ in 0..span {
+            if listeners.len() == n {
+                break;
+            }
+            let offset = cursor.fetch_add(1, Ordering::Relaxed) % span;
+            let port = PICK_FROM + u16::try_from(offset).expect("an offset below the span");
+            // In use (a listener, a connection's local end): skip it.
+            if let Ok(l) = TcpListener::bind(("127.0.0.1", port)) {
+                listeners.push(l);
+            }
+        }
+    }
+    while listeners.len() < n {
+        listeners.push(TcpListener::bind("127.0.0.1:0").expect("a loopback port"));
+    }
     listeners
         .iter()
         .map(|l| l.local_addr().expect("a bound address").port())
         .collect()
+}
+
+/// The first port of the kernel's ephemeral range (`ip_local_port_range`).
+fn ephemeral_low() -> Option<u16> {
+    std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
+}
+
+/// Differs between test processes started together (pid) and runs (clock).
+fn random_seed() -> u32 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.subsec_nanos());
+    nanos ^ std::process::id().wrapping_mul(2_654_435_761)
 }
 
 #[cfg(test)]
@@ -154,11 +203,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn free_ports_are_distinct() {
+    fn free_ports_are_distinct_across_calls_and_below_the_ephemeral_range() {
         let mut ports = free_ports(16);
+        ports.extend(free_ports(16));
+        let low = ephemeral_low().unwrap_or(DEFAULT_EPHEMERAL.0);
+        if low >= PICK_FROM + 1_000 {
+            assert!(
+                ports.iter().all(|&p| (PICK_FROM..low).contains(&p)),
+                "{ports:?}"
+            );
+        }
         ports.sort_unstable();
         ports.dedup();
-        assert_eq!(ports.len(), 16);
+        assert_eq!(ports.len(), 32);
     }
 
     #[test]
