@@ -1,17 +1,19 @@
 //! A private Redis Cluster per test group: `masters` shards with `replicas_per_master`
 //! replicas each, on free loopback ports, no persistence.
 //!
-//! Same guard as [`crate::redis_server`]: every node is started by a shell that kills it when
-//! this test process's stdin pipe to it closes, so a cluster in a `static` (never dropped) or
+//! Same guard as [`crate::redis_server`] ([`crate::process`]): every node is started by a
+//! shell that kills it when this test process's stdin pipe to it closes, so a cluster in a `static` (never dropped) or
 //! a crashed test leaks no server. The cluster bus port is chosen explicitly (the default,
 //! port + 10000, may fall outside the usable range), and `--repl-diskless-sync-delay 0`
 //! makes replicas sync in ~0.1 s instead of ~6 s.
 
-use std::io::{BufRead, BufReader};
-use std::net::TcpListener;
 use std::path::Path;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::Command;
 use std::time::{Duration, Instant};
+
+use crate::probe;
+use crate::process::{Node, free_ports, spawn_guarded};
+use crate::redis_server::{log_tail, server_args};
 
 /// Slots of a Redis Cluster.
 pub const SLOTS: u16 = 16384;
@@ -20,13 +22,6 @@ const READY_DEADLINE: Duration = Duration::from_secs(30);
 /// Small, so a killed master is failed over in about two seconds.
 const NODE_TIMEOUT_MS: &str = "1000";
 
-#[derive(Debug)]
-struct Node {
-    port: u16,
-    guard: Option<(Child, Option<ChildStdin>)>,
-    pid: Option<u32>,
-}
-
 /// A running cluster owned by the test; Drop kills every node.
 #[derive(Debug)]
 pub struct RedisCluster {
@@ -34,45 +29,13 @@ pub struct RedisCluster {
     dir: tempfile::TempDir,
 }
 
-fn free_ports(n: usize) -> Vec<u16> {
-    // Hold every listener until all are picked, so the ports are distinct.
-    let listeners: Vec<TcpListener> = (0..n)
-        .map(|_| TcpListener::bind("127.0.0.1:0").expect("an ephemeral loopback port"))
-        .collect();
-    listeners
-        .iter()
-        .map(|l| l.local_addr().expect("a bound address").port())
-        .collect()
-}
-
-fn kill(signal: &str, pid: u32) {
-    let _ = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
-}
-
 /// One command on one node, with a short timeout; `None` when the node does not answer.
 fn query(port: u16, args: &[&str]) -> Option<redis::Value> {
-    let client = redis::Client::open(format!("redis://127.0.0.1:{port}")).ok()?;
-    let mut con = client
-        .get_connection_with_timeout(Duration::from_millis(500))
-        .ok()?;
-    con.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
-    let mut cmd = redis::cmd(args[0]);
-    for a in &args[1..] {
-        cmd.arg(*a);
-    }
-    cmd.query(&mut con).ok()
+    probe::query(&probe::url(port), args)
 }
 
 fn query_text(port: u16, args: &[&str]) -> Option<String> {
-    match query(port, args)? {
-        redis::Value::BulkString(b) => String::from_utf8(b).ok(),
-        redis::Value::VerbatimString { text, .. } => Some(text),
-        redis::Value::SimpleString(s) => Some(s),
-        _ => None,
-    }
+    probe::query_text(&probe::url(port), args)
 }
 
 /// One line of `CLUSTER NODES`: who, which role, which slots.
@@ -184,7 +147,7 @@ impl RedisCluster {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        if let Err(why) = cluster.wait_until(deadline, |c| c.ready(&[])) {
+        if let Err(why) = probe::poll_until(deadline, || cluster.ready(&[])) {
             panic!("cluster not ready within {READY_DEADLINE:?}: {why}");
         }
         cluster
@@ -251,9 +214,7 @@ impl RedisCluster {
 
     /// A connection to the node on `port`.
     pub fn connection(&self, port: u16) -> redis::Connection {
-        redis::Client::open(format!("redis://127.0.0.1:{port}"))
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
-            .unwrap_or_else(|e| panic!("a connection to cluster node :{port}: {e}"))
+        probe::connection(&probe::url(port))
     }
 
     /// SIGKILLs the master serving `slot`; returns its port.
@@ -264,7 +225,7 @@ impl RedisCluster {
             .iter_mut()
             .find(|n| n.port == port)
             .expect("the master is one of our nodes");
-        kill_node(node);
+        node.kill();
         port
     }
 
@@ -278,10 +239,10 @@ impl RedisCluster {
         let dead: Vec<u16> = self
             .nodes
             .iter()
-            .filter(|n| n.pid.is_none())
+            .filter(|n| n.process.is_none())
             .map(|n| n.port)
             .collect();
-        if let Err(why) = self.wait_until(deadline, |c| c.ready(&dead)) {
+        if let Err(why) = probe::poll_until(deadline, || self.ready(&dead)) {
             panic!("no failover of slot {slot} within {timeout:?}: {why}");
         }
         let port = self.master_for_slot(slot);
@@ -292,14 +253,14 @@ impl RedisCluster {
     /// Kills every node (SIGKILL).
     pub fn stop(&mut self) {
         for node in &mut self.nodes {
-            kill_node(node);
+            node.kill();
         }
     }
 
     fn live_ports(&self) -> impl Iterator<Item = u16> + '_ {
         self.nodes
             .iter()
-            .filter(|n| n.pid.is_some())
+            .filter(|n| n.process.is_some())
             .map(|n| n.port)
     }
 
@@ -345,96 +306,33 @@ impl RedisCluster {
         Ok(())
     }
 
-    fn wait_until(
-        &self,
-        deadline: Instant,
-        check: impl Fn(&Self) -> Result<(), String>,
-    ) -> Result<(), String> {
-        loop {
-            match check(self) {
-                Ok(()) => return Ok(()),
-                Err(why) if Instant::now() >= deadline => return Err(why),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
-    }
-
     fn log_tail(&self, port: u16) -> String {
-        let log = self.dir.path().join(port.to_string()).join("redis.log");
-        let text = std::fs::read_to_string(log).unwrap_or_default();
-        let mut tail: Vec<&str> = text.lines().rev().take(10).collect();
-        tail.reverse();
-        tail.join("\n")
+        log_tail(
+            &self.dir.path().join(port.to_string()).join("redis.log"),
+            10,
+        )
     }
 }
 
 fn spawn(port: u16, bus: u16, dir: &Path) -> Result<Node, String> {
-    let args: Vec<String> = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--cluster-enabled",
-        "yes",
-        "--cluster-port",
-        &bus.to_string(),
-        "--cluster-config-file",
-        &dir.join("nodes.conf").display().to_string(),
-        "--cluster-node-timeout",
-        NODE_TIMEOUT_MS,
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--repl-diskless-sync-delay",
-        "0",
-        "--dir",
-        &dir.display().to_string(),
-        "--logfile",
-        &dir.join("redis.log").display().to_string(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    // Starts the server, prints its pid, waits for stdin to close (this process exiting, or
-    // Drop) and kills it: see the module comment.
-    let mut guard = Command::new("sh")
-        .arg("-c")
-        .arg(
-            r#"redis-server "$@" & pid=$!; echo "$pid"; cat >/dev/null; kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null"#,
-        )
-        .arg("sh")
-        .args(&args)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .map_err(|e| format!("cannot run sh for redis-server: {e}"))?;
-    let mut first = String::new();
-    if let Some(out) = guard.stdout.take() {
-        let _ = BufReader::new(out).read_line(&mut first);
-    }
-    let stdin = guard.stdin.take();
-    let pid: u32 = first
-        .trim()
-        .parse()
-        .map_err(|_| format!("redis-server guard printed no pid: {first:?}"))?;
+    let mut args = server_args(port, dir, &dir.join("redis.log"));
+    args.extend(
+        [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-port",
+            &bus.to_string(),
+            "--cluster-config-file",
+            &dir.join("nodes.conf").display().to_string(),
+            "--cluster-node-timeout",
+            NODE_TIMEOUT_MS,
+        ]
+        .map(str::to_owned),
+    );
     Ok(Node {
         port,
-        guard: Some((guard, stdin)),
-        pid: Some(pid),
+        process: Some(spawn_guarded("redis-server", &args)?),
     })
-}
-
-fn kill_node(node: &mut Node) {
-    if let Some(pid) = node.pid.take() {
-        kill("-CONT", pid);
-        kill("-9", pid);
-    }
-    if let Some((mut guard, stdin)) = node.guard.take() {
-        drop(stdin);
-        let _ = guard.wait();
-    }
 }
 
 impl Drop for RedisCluster {

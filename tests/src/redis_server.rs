@@ -2,18 +2,21 @@
 //!
 //! Tests never depend on a server that happens to be running: each group starts its own on a
 //! free loopback port and the process is killed when the handle drops. A shell guard holds
-//! the server's lifetime to this test process's stdin pipe, so even a server in a `static`
-//! (never dropped) dies when the test binary exits, and a crashed test leaks nothing.
+//! the server's lifetime to this test process's stdin pipe ([`crate::process`]), so even a
+//! server in a `static` (never dropped) dies when the test binary exits, and a crashed test
+//! leaks nothing.
 //!
 //! `REDIS_URL`, when set, makes [`RedisServer::shared`] use that server instead (fault tests
 //! that kill or pause a server always start their own).
 
 use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
+
+use crate::process::{Guarded, free_ports, spawn_guarded};
 
 /// How long a new server may take to answer `PING`.
 const READY_DEADLINE: Duration = Duration::from_secs(10);
@@ -24,25 +27,44 @@ pub struct RedisServer {
     url: String,
     port: u16,
     extra_args: Vec<String>,
-    process: Option<Process>,
+    process: Option<Guarded>,
     dir: Option<tempfile::TempDir>,
 }
 
-#[derive(Debug)]
-struct Process {
-    guard: Child,
-    guard_stdin: Option<ChildStdin>,
-    pid: u32,
+/// The arguments every harness `redis-server` starts with: loopback only, no persistence,
+/// replicas synced without the default 5 s diskless delay, files in `dir`, log in `log`.
+pub(crate) fn server_args(port: u16, dir: &Path, log: &Path) -> Vec<String> {
+    [
+        "--port",
+        &port.to_string(),
+        "--bind",
+        "127.0.0.1",
+        "--save",
+        "",
+        "--appendonly",
+        "no",
+        "--repl-diskless-sync-delay",
+        "0",
+        "--dir",
+        &dir.display().to_string(),
+        "--logfile",
+        &log.display().to_string(),
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .collect()
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .and_then(|l| l.local_addr())
-        .map(|a| a.port())
-        .expect("an ephemeral loopback port")
+/// The last `n` lines of a log file (empty when it cannot be read).
+pub(crate) fn log_tail(path: &Path, n: usize) -> String {
+    let text = std::fs::read_to_string(path).unwrap_or_default();
+    let mut tail: Vec<&str> = text.lines().rev().take(n).collect();
+    tail.reverse();
+    tail.join("\n")
 }
 
-fn check_binary() {
+/// Panics with an installation hint when `redis-server` is not on PATH.
+pub(crate) fn check_binary() {
     if Command::new("redis-server")
         .arg("--version")
         .stdout(Stdio::null())
@@ -54,13 +76,6 @@ fn check_binary() {
              (apt-get install redis-server) or set REDIS_URL to a server the tests may use"
         );
     }
-}
-
-fn kill(signal: &str, pid: u32) {
-    let _ = Command::new("kill")
-        .args([signal, &pid.to_string()])
-        .stderr(Stdio::null())
-        .status();
 }
 
 impl RedisServer {
@@ -81,7 +96,7 @@ impl RedisServer {
         let dir = tempfile::tempdir().expect("a temporary directory for redis-server");
         let mut last_error = String::new();
         for _ in 0..3 {
-            let port = free_port();
+            let port = free_ports(1)[0];
             let mut server = RedisServer {
                 url: format!("redis://127.0.0.1:{port}/0"),
                 port,
@@ -126,65 +141,24 @@ impl RedisServer {
     }
 
     fn spawn(&mut self, dir: &Path) -> Result<(), String> {
-        let port = self.port.to_string();
         let log = Self::log_path(dir, self.port);
-        let mut args: Vec<String> = vec![
-            "--port".into(),
-            port,
-            "--bind".into(),
-            "127.0.0.1".into(),
-            "--save".into(),
-            String::new(),
-            "--appendonly".into(),
-            "no".into(),
-            "--repl-diskless-sync-delay".into(),
-            "0".into(),
-            "--dir".into(),
-            dir.display().to_string(),
-            "--logfile".into(),
-            log.display().to_string(),
-        ];
+        let mut args = server_args(self.port, dir, &log);
         args.extend(self.extra_args.iter().cloned());
-        // The guard shell starts the server, prints its pid, then waits for stdin to close
-        // (this process exiting, or Drop) and kills it.
-        let mut guard = Command::new("sh")
-            .arg("-c")
-            .arg(
-                r#"redis-server "$@" & pid=$!; echo "$pid"; cat >/dev/null; kill -CONT "$pid" 2>/dev/null; kill -9 "$pid" 2>/dev/null; wait "$pid" 2>/dev/null"#,
-            )
-            .arg("sh")
-            .args(&args)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .spawn()
-            .map_err(|e| format!("cannot run sh for redis-server: {e}"))?;
-        let mut first = String::new();
-        if let Some(out) = guard.stdout.take() {
-            let _ = BufReader::new(out).read_line(&mut first);
-        }
-        let pid: u32 = first
-            .trim()
-            .parse()
-            .map_err(|_| format!("redis-server guard printed no pid: {first:?}"))?;
-        self.process = Some(Process {
-            guard_stdin: guard.stdin.take(),
-            guard,
-            pid,
-        });
+        let process = spawn_guarded("redis-server", &args)?;
         let deadline = Instant::now() + READY_DEADLINE;
-        while Instant::now() < deadline {
+        // A server that exits at once (its port was taken meanwhile) fails fast.
+        while Instant::now() < deadline && process.is_running() {
             if self.ping() {
+                self.process = Some(process);
                 return Ok(());
             }
             std::thread::sleep(Duration::from_millis(20));
         }
-        let tail = std::fs::read_to_string(&log).unwrap_or_default();
-        self.kill_process();
+        process.kill();
         Err(format!(
             "no PONG on port {} within {READY_DEADLINE:?}; log:\n{}",
             self.port,
-            tail.lines().rev().take(10).collect::<Vec<_>>().join("\n")
+            log_tail(&log, 10)
         ))
     }
 
@@ -211,14 +185,12 @@ impl RedisServer {
 
     /// The pid of the server process (`None` for an external `REDIS_URL` server).
     pub fn pid(&self) -> Option<u32> {
-        self.process.as_ref().map(|p| p.pid)
+        self.process.as_ref().map(Guarded::pid)
     }
 
     /// A new synchronous client connection (for assertions and planting state).
     pub fn connection(&self) -> redis::Connection {
-        redis::Client::open(self.url.as_str())
-            .and_then(|c| c.get_connection_with_timeout(Duration::from_secs(5)))
-            .expect("a connection to the test redis-server")
+        crate::probe::connection(&self.url)
     }
 
     /// Kills the server (SIGKILL): later requests find nothing listening.
@@ -251,23 +223,20 @@ impl RedisServer {
     /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
     pub fn pause(&self) {
         if let Some(p) = &self.process {
-            kill("-STOP", p.pid);
+            p.pause();
         }
     }
 
     /// Thaws a paused server (SIGCONT).
     pub fn resume(&self) {
         if let Some(p) = &self.process {
-            kill("-CONT", p.pid);
+            p.resume();
         }
     }
 
     fn kill_process(&mut self) {
-        if let Some(mut p) = self.process.take() {
-            kill("-CONT", p.pid);
-            kill("-9", p.pid);
-            drop(p.guard_stdin.take());
-            let _ = p.guard.wait();
+        if let Some(p) = self.process.take() {
+            p.kill();
             // Wait until the port is really closed, so "stopped" means stopped.
             let deadline = Instant::now() + Duration::from_secs(5);
             while self.ping() && Instant::now() < deadline {
