@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use acceptance_tests::cluster::RedisCluster;
 use acceptance_tests::conformance;
 use acceptance_tests::failover::{Answer, Load, Record, Summary, summarize};
+use acceptance_tests::sentinel::RedisSentinel;
 use adapter_redis::keys::hash_slot;
 use adapter_redis::{RedisProvider, RedisSettings};
 use shared_contract::{
@@ -177,4 +178,67 @@ async fn cluster_master_killed_under_load_with_replica_acks_over_admits_nothing(
     println!("cluster failover, min_replicas_ack = 1: other shards: {others}");
     assert_eq!(victim.over_admitted, 0, "{victim}");
     assert_eq!(others.over_admitted, 0, "{others}");
+}
+
+/// Master, one replica, three sentinels: the master is killed, Sentinel promotes the replica,
+/// and the old master is started again (empty: it must never be written to, or counts would
+/// restart) until Sentinel makes it a replica of the new master.
+async fn sentinel_failover(min_replicas_ack: u32) -> Summary {
+    let mut topology = tokio::task::block_in_place(RedisSentinel::start);
+    let policies = policies();
+    let policy = policies.default_id().clone();
+    let mut settings = RedisSettings::sentinel(topology.master_name(), topology.sentinel_urls());
+    settings.command_timeout = COMMAND_TIMEOUT;
+    settings.min_replicas_ack = min_replicas_ack;
+    let provider = Arc::new(
+        RedisProvider::connect(settings, policies)
+            .await
+            .expect("valid settings"),
+    );
+    let subjects = subjects();
+    let load = Load::start(
+        provider.clone(),
+        policy.clone(),
+        subjects.clone(),
+        CONCURRENCY,
+        Duration::from_secs(2),
+    );
+    load.wait_allowed(LIMIT * SUBJECTS as u64 / 3, Duration::from_secs(30))
+        .await;
+    let fault = load.elapsed();
+    tokio::task::block_in_place(|| {
+        let old = topology.kill_master();
+        topology.wait_for_failover(old, Duration::from_secs(30));
+        topology.restart_node(old);
+        topology.wait_until_replica(old, Duration::from_secs(30));
+    });
+    wait_for_decision(
+        provider.as_ref(),
+        &policy,
+        subjects[0],
+        Duration::from_secs(20),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_millis(2000)).await;
+    let records = load.stop().await;
+    let summary = summarize(&records, fault, LIMIT, SUBJECTS, |_| true);
+    let all: Vec<usize> = (0..SUBJECTS).collect();
+    check(&summary, &records, fault, &all);
+    summary
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_master_killed_under_load_without_replica_acks() {
+    let summary = sentinel_failover(0).await;
+    println!("sentinel failover, min_replicas_ack = 0: {summary}");
+    assert!(summary.over_admitted <= CONCURRENCY as u64, "{summary}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sentinel_master_killed_under_load_with_replica_acks_over_admits_nothing() {
+    // One replica: after the failover the new master has none until the old master returns
+    // as its replica, and until then every allow is Indeterminate (fail closed).
+    let summary = sentinel_failover(1).await;
+    println!("sentinel failover, min_replicas_ack = 1: {summary}");
+    assert_eq!(summary.over_admitted, 0, "{summary}");
 }
