@@ -234,3 +234,60 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
     assert_eq!(after, vec![true, true, false]);
     assert_eq!(query(target, &["EXISTS", &key]), Value::Int(1));
 }
+
+/// The event-gate provider on the cluster: a gate's eight keys share its slot, so each
+/// program goes to that slot's master; a submission, its duplicate and the lookup agree.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_gate_provider_submits_and_looks_up_on_the_gates_master() {
+    use shared_contract::gate::{
+        EventGatePort, EventId, EventKey, GateId, GateMode, GateOutcome, GateSet, GateSettings,
+        GateSpec, SubmitOutcome, SubmitRequest,
+    };
+    let gate = GateId::new("orders-cluster").expect("gate id");
+    let spec = GateSpec::new(gate.clone(), GateMode::OnlyOnce, Duration::from_secs(60));
+    let gates = GateSet::new(vec![GateSettings::new(spec).expect("gate")]).expect("gate set");
+    let p = adapter_redis::RedisGateProvider::connect(
+        settings(),
+        gates,
+        adapter_redis::RedisGateSettings::default(),
+    )
+    .await
+    .expect("valid settings");
+    let submit = |id: &'static str| {
+        p.submit(SubmitRequest {
+            gate: gate.clone(),
+            key: EventKey::new("taco").expect("key"),
+            id: EventId::new(id).expect("id"),
+            deadline: Deadline::within(Duration::from_secs(10)).expect("deadline"),
+        })
+    };
+    let first = submit("e-1").await.expect("known gate");
+    assert!(
+        matches!(
+            first,
+            GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
+        ),
+        "{first:?}"
+    );
+    let second = submit("e-2").await.expect("known gate");
+    assert!(
+        matches!(&second, GateOutcome::Evaluated(SubmitOutcome::Rejected { conflicts_with, .. }) if conflicts_with.as_str() == "e-1"),
+        "{second:?}"
+    );
+    let found = p
+        .event(
+            &gate,
+            &EventId::new("e-1").expect("id"),
+            Deadline::within(Duration::from_secs(10)).expect("deadline"),
+        )
+        .await
+        .expect("known gate");
+    assert!(
+        matches!(&found, GateOutcome::Evaluated(Some(r)) if r.key.as_str() == "taco"),
+        "{found:?}"
+    );
+    let keys = p.keys(&gate).expect("known gate");
+    let owner = cluster().master_for_slot(hash_slot(keys[0].as_bytes()));
+    assert_eq!(query(owner, &["EXISTS", &keys[2]]), Value::Int(1));
+    p.shutdown().await;
+}
