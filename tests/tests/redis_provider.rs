@@ -701,3 +701,75 @@ async fn a_small_clock_regression_is_clamped_and_decided() {
         other => panic!("expected a decision at the clamped time, got {other:?}"),
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn min_replicas_ack_reports_unacknowledged_allows_as_indeterminate_and_keeps_denials() {
+    let master = RedisServer::start();
+    let p = policy("acked", AlgorithmKind::FixedWindow, 1, 2);
+    let mut s = settings(&master);
+    s.command_timeout = Duration::from_millis(200);
+    s.min_replicas_ack = 1;
+    // No replica yet: an allow cannot be acknowledged, so it is not reported as one (it did
+    // consume quota on the master); the denial that follows consumed nothing and stands.
+    let provider = connect(s.clone(), set(vec![p.clone()])).await;
+    let outcomes = {
+        let mut v = Vec::new();
+        for _ in 0..3 {
+            v.push(
+                provider
+                    .evaluate(request(&p, subject(91)))
+                    .await
+                    .expect("valid"),
+            );
+        }
+        v
+    };
+    assert!(
+        matches!(outcomes[0], RateLimitOutcome::Indeterminate { .. }),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(outcomes[1], RateLimitOutcome::Indeterminate { .. }),
+        "{outcomes:?}"
+    );
+    assert!(
+        matches!(&outcomes[2], RateLimitOutcome::Evaluated(d) if !d.allowed),
+        "{outcomes:?}"
+    );
+    // With a replica, allows are acknowledged and reported, under load from many tasks
+    // sharing one connection (one WAIT covers each group of calls).
+    let _replica =
+        RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let info: String = redis::cmd("INFO")
+            .arg("replication")
+            .query(&mut master.connection())
+            .expect("INFO");
+        if info.contains("connected_slaves:1") && info.contains("state=online") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "replica never linked:\n{info}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wide = policy("acked-wide", AlgorithmKind::FixedWindow, 1, 100);
+    let provider = Arc::new(connect(s, set(vec![wide.clone()])).await);
+    let tasks: Vec<_> = (0..50u8)
+        .map(|i| {
+            let (provider, wide) = (provider.clone(), wide.clone());
+            tokio::spawn(async move {
+                provider
+                    .evaluate(request(&wide, subject(100 + i % 5)))
+                    .await
+                    .expect("valid")
+            })
+        })
+        .collect();
+    for t in tasks {
+        let outcome = t.await.expect("task");
+        assert!(
+            matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed),
+            "{outcome:?}"
+        );
+    }
+}

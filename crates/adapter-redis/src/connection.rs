@@ -128,6 +128,58 @@ pub(crate) struct Link {
     alive: Arc<AtomicBool>,
     ended: Arc<Notify>,
     timeouts: AtomicU32,
+    acks: Arc<AckGroups>,
+}
+
+/// Group commit of `WAIT` on one connection (`min_replicas_ack`).
+///
+/// `WAIT` blocks the connection it is sent on until the replicas acknowledge every write that
+/// connection made before it, and Redis runs a connection's commands in order. One `WAIT` per
+/// call would therefore serialize the whole multiplexed connection on replication round
+/// trips. Instead, a call whose program has replied joins the next group; one `WAIT` is sent
+/// for each group, after every member's reply arrived, so it covers all of their writes, and
+/// its count is every member's answer. At most one `WAIT` is in flight per connection; calls
+/// that reply meanwhile form the next group.
+#[derive(Default)]
+struct AckGroups {
+    state: std::sync::Mutex<AckState>,
+}
+
+#[derive(Default)]
+struct AckState {
+    waiting: Vec<tokio::sync::oneshot::Sender<u64>>,
+    in_flight: bool,
+}
+
+impl AckGroups {
+    fn lock(&self) -> std::sync::MutexGuard<'_, AckState> {
+        match self.state.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        }
+    }
+
+    /// Sends `WAIT` for groups until nobody waits; a failed `WAIT` acknowledges nothing.
+    async fn drive(self: Arc<Self>, mut conn: MultiplexedConnection, replicas: u32, ms: u64) {
+        let wait = redis::cmd("WAIT").arg(replicas).arg(ms).to_owned();
+        loop {
+            let group = {
+                let mut state = self.lock();
+                if state.waiting.is_empty() {
+                    state.in_flight = false;
+                    return;
+                }
+                std::mem::take(&mut state.waiting)
+            };
+            let acked = match conn.send_packed_command(&wait).await {
+                Ok(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
+                _ => 0,
+            };
+            for member in group {
+                let _ = member.send(acked);
+            }
+        }
+    }
 }
 
 impl Link {
@@ -157,6 +209,21 @@ impl Link {
 
     pub(crate) fn is_alive(&self) -> bool {
         self.alive.load(Ordering::Acquire)
+    }
+
+    /// How many replicas acknowledged the writes this connection made so far (at least up to
+    /// a reply the caller has received): joins the next `WAIT` group ([`AckGroups`]).
+    pub(crate) async fn replicas_acked(&self, replicas: u32, ms: u64) -> u64 {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let lead = {
+            let mut state = self.acks.lock();
+            state.waiting.push(tx);
+            !std::mem::replace(&mut state.in_flight, true)
+        };
+        if lead {
+            tokio::spawn(self.acks.clone().drive(self.conn.clone(), replicas, ms));
+        }
+        rx.await.unwrap_or(0)
     }
 }
 
@@ -384,6 +451,7 @@ async fn open(
         alive,
         ended: ended.clone(),
         timeouts: AtomicU32::new(0),
+        acks: Arc::default(),
     };
     let checks = async {
         let mut conn = link.conn.clone();

@@ -11,7 +11,8 @@
 //! `NOSCRIPT` (then `EVAL` of the exact source), `MOVED` (to the named master) or `ASK`
 //! (`ASKING` + the program, in one write, to the named node). A timeout, a lost connection or
 //! any other reply is final, so every program runs at most once. With `min_replicas_ack` the
-//! program is followed, in the same write, by `WAIT n timeout`, and the reply says how many
+//! program's reply is followed by a `WAIT n timeout` shared with the other calls of its
+//! connection (group commit, see `connection::AckGroups`), and the reply says how many
 //! replicas acknowledged it.
 
 use std::sync::Arc;
@@ -252,8 +253,8 @@ impl Pool {
         }
     }
 
-    /// Sends `cmd` on `link`, preceded by `ASKING` and followed by `WAIT` when asked, in one
-    /// write; the program's reply and the `WAIT` count.
+    /// Sends `cmd` on `link` (preceded by `ASKING` in the same write when asked); the
+    /// program's reply and, with `min_replicas_ack`, how many replicas acknowledged it.
     async fn send(
         &self,
         link: &Link,
@@ -261,29 +262,22 @@ impl Pool {
         asking: bool,
     ) -> RedisResult<(Value, Option<u64>)> {
         let mut conn = link.conn.clone();
-        if !asking && self.wait.is_none() {
-            return conn.send_packed_command(cmd).await.map(|v| (v, None));
-        }
-        let mut pipe = redis::pipe();
-        if asking {
-            pipe.cmd("ASKING");
-        }
-        pipe.add_command(cmd.clone());
-        if let Some((replicas, ms)) = self.wait {
-            pipe.cmd("WAIT").arg(replicas).arg(ms);
-        }
-        let n = usize::from(asking) + 1 + usize::from(self.wait.is_some());
-        let mut values = conn.send_packed_commands(&pipe, 0, n).await?.into_iter();
-        if asking {
-            values.next();
-        }
-        let first = values.next().unwrap_or(Value::Nil);
-        // A WAIT that failed (refused by ACL, say) acknowledges nothing.
-        let acked = self.wait.map(|_| match values.next() {
-            Some(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
-            _ => 0,
-        });
-        Ok((first, acked))
+        let value = if asking {
+            let mut pipe = redis::pipe();
+            pipe.cmd("ASKING").add_command(cmd.clone());
+            let mut values = conn.send_packed_commands(&pipe, 0, 2).await?;
+            values.pop().unwrap_or(Value::Nil)
+        } else {
+            conn.send_packed_command(cmd).await?
+        };
+        let acked = match self.wait {
+            // An error reply wrote nothing to wait for.
+            Some((replicas, ms)) if !matches!(value, Value::ServerError(_)) => {
+                Some(link.replicas_acked(replicas, ms).await)
+            }
+            _ => None,
+        };
+        Ok((value, acked))
     }
 
     /// Sends one plain command (a read) to the master of `slot` within `timeout`. Nothing is

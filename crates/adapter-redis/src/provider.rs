@@ -32,8 +32,9 @@
 //!
 //! ## `min_replicas_ack`
 //!
-//! With `min_replicas_ack = n`, each program is followed by `WAIT n <command_timeout / 2>` in
-//! the same write. An allow whose writes fewer than `n` replicas acknowledged is reported
+//! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
+//! 2>`, shared by every call whose reply arrived on the same connection meanwhile (group
+//! commit: one `WAIT` covers all writes its connection made before it). An allow whose writes fewer than `n` replicas acknowledged is reported
 //! `Indeterminate` (it consumed quota on the master, but a failover now could lose that, and
 //! an allow that may be forgotten is exactly the over-admission this setting exists to
 //! prevent). A denial consumed nothing, so it stands.

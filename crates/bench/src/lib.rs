@@ -5,6 +5,7 @@
 //! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
+//!          [--min-replicas-ack N]
 //! ```
 //!
 //! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
@@ -102,6 +103,9 @@ pub struct Args {
     /// Multiplexed connections per master.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=64))]
     pub connections: u64,
+    /// Replicas that must acknowledge each decision's writes (`WAIT`); 0 is off.
+    #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
+    pub min_replicas_ack: u32,
 }
 
 fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
@@ -326,6 +330,7 @@ pub async fn provider(
                 _ => RedisSettings::new(args.redis_url.clone()),
             };
             settings.connections = usize::try_from(args.connections)?;
+            settings.min_replicas_ack = args.min_replicas_ack;
             // Generous bounds: the bench measures throughput, so neither the admission bound
             // nor the timeout should be what limits it (errors are counted if they happen).
             settings.max_in_flight = usize::try_from(args.concurrency)?.max(1024);
@@ -490,6 +495,46 @@ mod tests {
         assert_eq!((a.keys, a.concurrency), (1_000_000, 64));
         assert_eq!(a.duration, Duration::from_secs(10));
         assert!(a.json && (a.hot_key_share - 0.5).abs() < f64::EPSILON);
+        assert_eq!(a.topology, "standalone");
+        assert_eq!((a.connections, a.min_replicas_ack), (1, 0));
+    }
+
+    #[test]
+    fn topology_options_parse_and_bad_ones_are_refused() {
+        let base = [
+            "rl-bench",
+            "--provider",
+            "redis",
+            "--algorithm",
+            "gcra",
+            "--keys",
+            "10",
+            "--concurrency",
+            "4",
+            "--duration",
+            "1s",
+        ];
+        let with = |extra: &[&str]| {
+            let mut v: Vec<&str> = base.to_vec();
+            v.extend_from_slice(extra);
+            Args::try_parse_from(v)
+        };
+        let a = with(&[
+            "--topology",
+            "cluster",
+            "--redis-url",
+            "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
+            "--connections",
+            "2",
+            "--min-replicas-ack",
+            "1",
+        ])
+        .expect("valid arguments");
+        assert_eq!(a.topology, "cluster");
+        assert_eq!((a.connections, a.min_replicas_ack), (2, 1));
+        assert!(with(&["--topology", "ring"]).is_err());
+        assert!(with(&["--connections", "0"]).is_err());
+        assert!(with(&["--min-replicas-ack", "17"]).is_err());
     }
 
     #[test]

@@ -1,0 +1,51 @@
+#!/bin/sh
+# The cost of min_replicas_ack: rl-bench on a master with one replica, WAIT off and on,
+# taking turns, on this machine (load generator, master and replica share its cores).
+#
+# Usage: crates/bench/replica-ack.sh [SECONDS] [ROUNDS]   (defaults 10, 2)
+# Needs a release build: cargo build --release -p bench (CARGO_TARGET_DIR respected), and
+# redis-server / redis-cli on PATH. Uses loopback ports 17450-17451; never 6379.
+set -eu
+SECS=${1:-10}
+ROUNDS=${2:-2}
+ROOT=$(cd "$(dirname "$0")/../.." && pwd)
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
+[ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p bench" >&2; exit 2; }
+DIR=$(mktemp -d)
+M=17450; R=17451
+cleanup() {
+  for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
+  sleep 0.2; rm -rf "$DIR"
+}
+trap cleanup EXIT
+start() { # port [args...]
+  p=$1; shift
+  redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
+    --repl-diskless-sync-delay 0 --logfile "$DIR/$p.log" --pidfile "$DIR/$p.pid" --daemonize yes "$@"
+  i=0; until redis-cli -p "$p" ping >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done
+}
+start $M
+start $R --replicaof 127.0.0.1 $M
+i=0; until redis-cli -p $R info replication | grep -q 'master_link_status:up'; do
+  i=$((i+1)); [ $i -gt 200 ] && { echo "replica not linked" >&2; exit 1; }; sleep 0.05
+done
+run() { # label concurrency connections acks
+  "$BIN" --provider redis --redis-url "redis://127.0.0.1:$M/0" --algorithm token_bucket \
+    --keys 1000000 --concurrency "$2" --connections "$3" --min-replicas-ack "$4" \
+    --duration "${SECS}s" --json | python3 -c '
+import json, sys
+j = json.load(sys.stdin)
+print("| %s | %.0f | %.0f | %.0f | %.0f | %d |" % (sys.argv[1], j["decisions_per_s"], j["p50_us"], j["p99_us"], j["p999_us"], j["errors"]))' "$1"
+}
+echo "# token_bucket, 1,000,000 keys, ${SECS}s per run, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), master + 1 replica"
+echo "| run | decisions/s | p50 us | p99 us | p99.9 us | errors |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: |"
+r=1; while [ $r -le "$ROUNDS" ]; do
+  run "c=1, WAIT off" 1 1 0
+  run "c=1, min_replicas_ack=1" 1 1 1
+  run "c=64, WAIT off" 64 1 0
+  run "c=64, min_replicas_ack=1" 64 1 1
+  run "c=64, min_replicas_ack=1, 4 connections" 64 4 1
+  r=$((r + 1))
+done
+echo "# load average after: $(cut -d' ' -f1-3 /proc/loadavg)"
