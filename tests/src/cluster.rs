@@ -250,6 +250,48 @@ impl RedisCluster {
         port
     }
 
+    /// Ports of the replicas of the master on `port`, as its `INFO replication` lists them.
+    ///
+    /// # Panics
+    /// When the master does not answer.
+    pub fn replicas_of(&self, port: u16) -> Vec<u16> {
+        let info = query_text(port, &["INFO", "replication"])
+            .unwrap_or_else(|| panic!("master :{port} gave no INFO replication"));
+        info.lines()
+            .filter(|l| l.starts_with("slave") && l.contains("ip="))
+            .filter_map(|l| {
+                l.split(',')
+                    .find_map(|f| f.strip_prefix("port="))
+                    .and_then(|p| p.parse().ok())
+            })
+            .collect()
+    }
+
+    /// Freezes the node on `port` (SIGSTOP): its connections stay open, nothing answers, and a
+    /// replica stops applying its master's writes.
+    ///
+    /// # Panics
+    /// When `port` is not a live node of this cluster.
+    pub fn pause_node(&self, port: u16) {
+        self.live_process(port).pause();
+    }
+
+    /// Thaws a node frozen by [`Self::pause_node`] (SIGCONT).
+    ///
+    /// # Panics
+    /// When `port` is not a live node of this cluster.
+    pub fn resume_node(&self, port: u16) {
+        self.live_process(port).resume();
+    }
+
+    fn live_process(&self, port: u16) -> &crate::process::Guarded {
+        self.nodes
+            .iter()
+            .find(|n| n.port == port)
+            .and_then(|n| n.process.as_ref())
+            .unwrap_or_else(|| panic!(":{port} is not a live node of this cluster"))
+    }
+
     /// Kills every node (SIGKILL).
     pub fn stop(&mut self) {
         for node in &mut self.nodes {
