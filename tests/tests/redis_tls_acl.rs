@@ -610,6 +610,32 @@ fn suite_settings() -> RedisSettings {
     s
 }
 
+/// One server for the whole suite over server-authenticated TLS (no client certificate), as
+/// the default user.
+fn server_auth_suite_settings() -> RedisSettings {
+    static SERVER: OnceLock<(RedisServer, u16, PathBuf)> = OnceLock::new();
+    let (_server, port, pki) = SERVER.get_or_init(|| {
+        let pki = pki();
+        let (server, port) = tls_server(&pki, "no");
+        (server, port, pki)
+    });
+    tls_settings(
+        *port,
+        TlsFiles {
+            ca_file: Some(pki.join("ca.crt")),
+            cert_file: None,
+            key_file: None,
+        },
+    )
+}
+
+mod server_auth_tls_conformance {
+    use acceptance_tests::redis_target::RedisTarget;
+
+    use super::server_auth_suite_settings;
+    acceptance_tests::conformance_tests!(RedisTarget::new(server_auth_suite_settings));
+}
+
 mod mutual_tls_least_privilege_conformance {
     use acceptance_tests::redis_target::RedisTarget;
 
