@@ -663,7 +663,9 @@ async fn supervise(
     loop {
         let located = match &locate {
             Locate::Fixed(endpoint) => Ok(endpoint.clone()),
-            Locate::Sentinel(monitor) => monitor.master(settings.connect_timeout).await,
+            // After a failure, only a sentinel answer given since may say where to go.
+            Locate::Sentinel(monitor) if first => monitor.master(settings.connect_timeout).await,
+            Locate::Sentinel(monitor) => monitor.fresh_master(settings.connect_timeout).await,
         };
         let opened = match located {
             Ok(endpoint) => open(&endpoint, &settings, &setup)

@@ -3,7 +3,10 @@
 //! One monitor task per provider asks the sentinels `SENTINEL GET-MASTER-ADDR-BY-NAME`, the
 //! one that answered last first, every [`POLL`] and at once whenever a data connection fails.
 //! Data connections are made only to the address it publishes, and are left as soon as it
-//! publishes another. Each new connection also checks `ROLE` (a sentinel's answer can lag a
+//! publishes another. A connection made after a failure waits for a sentinel's answer given
+//! *after* the failure ([`SentinelMonitor::fresh_master`]): an answer from before a failover
+//! would lead it to the old master's address, where a restarted old master (empty, and still
+//! a master until Sentinel demotes it) would take writes and restart every count. Each new connection also checks `ROLE` (a sentinel's answer can lag a
 //! failover), so writes never go to a node Sentinel has demoted, and an old master that comes
 //! back empty (writable for a while before Sentinel turns it into a replica) is never used.
 //!
@@ -31,7 +34,8 @@ pub(crate) struct SentinelMonitor {
     master_name: String,
     sentinels: Vec<Endpoint>,
     data_access: Arc<Access>,
-    current: watch::Sender<Option<Arc<Endpoint>>>,
+    /// Answers so far (bumped by every answer, changed or not) and the master they name.
+    current: watch::Sender<(u64, Option<Arc<Endpoint>>)>,
     last_error: LastError,
     wake: Notify,
 }
@@ -61,7 +65,7 @@ impl SentinelMonitor {
             master_name,
             sentinels,
             data_access,
-            current: watch::Sender::new(None),
+            current: watch::Sender::new((0, None)),
             last_error: LastError::new("no sentinel asked yet"),
             wake: Notify::new(),
         });
@@ -74,13 +78,28 @@ impl SentinelMonitor {
     /// # Errors
     /// Why no master is known (what the sentinels answered).
     pub(crate) async fn master(&self, wait: Duration) -> Result<Arc<Endpoint>, String> {
-        let mut rx = self.current.subscribe();
-        if let Some(master) = rx.borrow_and_update().clone() {
+        if let Some(master) = self.current.borrow().1.clone() {
             return Ok(master);
         }
+        self.fresh_master(wait).await
+    }
+
+    /// The master named by a sentinel answer given after this call began; waits at most
+    /// `wait` for one.
+    ///
+    /// # Errors
+    /// Why no master is known (what the sentinels answered).
+    pub(crate) async fn fresh_master(&self, wait: Duration) -> Result<Arc<Endpoint>, String> {
+        let mut rx = self.current.subscribe();
+        let seen = rx.borrow_and_update().0;
         self.nudge();
-        if let Ok(Ok(master)) = tokio::time::timeout(wait, rx.wait_for(Option::is_some)).await
-            && let Some(master) = master.clone()
+        let answered = tokio::time::timeout(
+            wait,
+            rx.wait_for(|(answers, master)| *answers > seen && master.is_some()),
+        )
+        .await;
+        if let Ok(Ok(answer)) = answered
+            && let Some(master) = answer.1.clone()
         {
             return Ok(master);
         }
@@ -95,7 +114,7 @@ impl SentinelMonitor {
     pub(crate) async fn moved_from(&self, endpoint: &Endpoint) {
         let mut rx = self.current.subscribe();
         let moved = rx
-            .wait_for(|m| matches!(m, Some(m) if !m.is(&endpoint.host, endpoint.port)))
+            .wait_for(|(_, m)| matches!(m, Some(m) if !m.is(&endpoint.host, endpoint.port)))
             .await
             .is_ok();
         if !moved {
@@ -135,14 +154,19 @@ impl SentinelMonitor {
     }
 
     fn publish(&self, host: &str, port: u16) {
-        let same = matches!(&*self.current.borrow(), Some(m) if m.is(host, port));
+        let same = matches!(&self.current.borrow().1, Some(m) if m.is(host, port));
         if same {
+            self.current.send_modify(|(answers, _)| *answers += 1);
             return;
         }
         match Endpoint::new(host, port, self.data_access.clone()) {
             Ok(master) => {
                 tracing::info!(master_name = %self.master_name, master = %master, "sentinel: master resolved");
-                self.current.send_replace(Some(Arc::new(master)));
+                let master = Arc::new(master);
+                self.current.send_modify(|(answers, current)| {
+                    *answers += 1;
+                    *current = Some(master);
+                });
             }
             Err(e) => self.last_error.set(e),
         }
