@@ -16,10 +16,10 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::Deserialize;
-use shared_contract::{Cost, PolicyId, RateLimitOutcome, Readiness};
+use shared_contract::{Cost, RateLimitOutcome, Readiness};
 
 use crate::headers::ceil_secs;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
 
 /// Largest raw subject accepted, in bytes.
@@ -29,7 +29,7 @@ pub const MAX_SUBJECT_BYTES: usize = app_bootstrap::config::MAX_SUBJECT_BYTES;
 #[derive(Debug)]
 pub struct ApiState {
     limiter: Option<Arc<Limiter>>,
-    by_name: HashMap<Box<str>, PolicyId>,
+    by_name: HashMap<Box<str>, PolicyIndex>,
     prometheus: Option<PrometheusHandle>,
 }
 
@@ -38,8 +38,8 @@ impl ApiState {
     pub fn new(limiter: Option<Arc<Limiter>>, prometheus: Option<PrometheusHandle>) -> Self {
         let by_name = limiter
             .iter()
-            .flat_map(|l| l.policies().iter())
-            .map(|p| (Box::from(p.id().as_str()), p.id().clone()))
+            .flat_map(|l| l.indexed())
+            .map(|(i, p)| (Box::from(p.id().as_str()), i))
             .collect();
         Self {
             limiter,
@@ -85,10 +85,10 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
         Ok(b) => b,
         Err(e) => return problem::bad_request("malformed_json", &format!("malformed JSON: {e}")),
     };
-    let policy_id = match parsed.policy.as_deref() {
-        None => limiter.policies().default_id(),
+    let index = match parsed.policy.as_deref() {
+        None => limiter.default_policy(),
         Some(name) => match state.by_name.get(name) {
-            Some(id) => id,
+            Some(&i) => i,
             None => {
                 return problem::bad_request(
                     "unknown_policy",
@@ -112,10 +112,9 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
             ),
         );
     }
-    let max_cost = limiter
-        .policies()
-        .get(policy_id)
-        .map_or(1, |p| p.max_cost().get());
+    let policy = limiter.policy(index);
+    let policy_id = policy.id();
+    let max_cost = policy.max_cost().get();
     let cost = match parsed.cost.unwrap_or(1) {
         c if c >= 1 && (c as u64) <= max_cost => Cost::new(c as u64),
         c => {
@@ -130,7 +129,7 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
     let Ok(cost) = cost else {
         return problem::bad_request("invalid_cost", "cost is out of range");
     };
-    let outcome = match limiter.evaluate(policy_id, subject.as_bytes(), cost).await {
+    let outcome = match limiter.evaluate(index, subject.as_bytes(), cost).await {
         Ok(o) => o,
         // Checked above already; the port's own check is authoritative (nothing consumed).
         Err(e) => return problem::bad_request("invalid_request", &e.to_string()),
