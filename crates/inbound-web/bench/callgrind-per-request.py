@@ -17,6 +17,7 @@ from collections import Counter
 n, path = int(sys.argv[1]), sys.argv[2]
 label = sys.argv[3] if len(sys.argv) > 3 else path
 names, calls, total = {}, Counter(), 0
+events, totals = [], []
 sha_self, sha_calls = 0, 0
 ALLOC = {"malloc", "calloc", "realloc", "free"}
 SHA = "sha2::sha256::compress256"
@@ -55,8 +56,11 @@ with open(path) as f:
                 calls[cfn] += count
             elif cfn == SHA:
                 sha_calls += count
+        elif line.startswith("events:"):
+            events = line.split()[1:]
         elif line.startswith(("summary:", "totals:")):
-            total = int(line.split()[1])
+            totals = [int(v) for v in line.split()[1:]]
+            total = totals[0]
 allocs = calls["malloc"] + calls["calloc"] + calls["realloc"]
 print(
     f"{label}: {total / n:,.0f} instructions/request, {(total - sha_self) / n:,.0f} without "
@@ -65,3 +69,9 @@ print(
     f"{calls['calloc'] / n:.2f} calloc, {calls['realloc'] / n:.2f} realloc), "
     f"{calls['free'] / n:.2f} free/request"
 )
+# With --cache-sim=yes: simulated first-level and last-level data-cache misses (read + write).
+cache = dict(zip(events, totals))
+if "D1mr" in cache:
+    d1 = cache["D1mr"] + cache["D1mw"]
+    ll = cache["DLmr"] + cache["DLmw"]
+    print(f"{label}: {d1 / n:.1f} D1 misses/request, {ll / n:.2f} LL misses/request (simulated)")

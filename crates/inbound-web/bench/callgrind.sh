@@ -10,6 +10,8 @@
 # local and redis serve GET /api/x with a random x-api-key; sidecar is POST /v1/evaluate with
 # the redis provider. Prints, per mode, instructions per request and malloc+calloc+realloc calls
 # per request; the callgrind files are kept in $OUT (default /tmp/callgrind-inbound-web).
+# CG_OPTS adds valgrind options, e.g. CG_OPTS=--cache-sim=yes to count simulated data-cache
+# misses per request as well.
 set -eu
 N=${1:-20000}
 MODES=${2:-off local redis sidecar}
@@ -26,7 +28,7 @@ start_redis
 
 for m in $MODES; do
   case $m in sidecar) mode=redis; load=evaluate ;; *) mode=$m; load=get ;; esac
-  start $mode valgrind --tool=callgrind --dump-instr=no --callgrind-out-file="$OUT/$m.%p"
+  start $mode valgrind --tool=callgrind --dump-instr=no ${CG_OPTS:-} --callgrind-out-file="$OUT/$m.%p"
   python3 "$HERE/fixed-count.py" $load "$HPORT" 2000 16 1 >/dev/null
   callgrind_control -z "$APID" >/dev/null 2>&1
   statuses=$(python3 "$HERE/fixed-count.py" $load "$HPORT" "$N" 16 0)
