@@ -128,13 +128,15 @@ impl BuildHasher for SeededFold {
 }
 
 /// The state of a held key.
+///
+/// It does not record its position in the ring: nothing looks a key's position up (the hand and
+/// the sweep walk the ring by position), and keeping it would cost a second random map access
+/// whenever a removal moves the ring's last key into the freed position.
 #[derive(Debug)]
 struct Entry {
     state: AlgorithmState,
     /// Provider-clock ms from which the entry reads as absent.
     expires_at_ms: u64,
-    /// Position of the key in its shard's ring.
-    ring_pos: u32,
     /// Seen since the CLOCK hand last passed.
     referenced: bool,
 }
@@ -177,8 +179,10 @@ impl Budget {
             .is_ok()
     }
 
-    fn give_back(&self) {
-        self.held.fetch_sub(1, Ordering::AcqRel);
+    fn give_back(&self, keys: u64) {
+        if keys > 0 {
+            self.held.fetch_sub(keys, Ordering::AcqRel);
+        }
     }
 }
 
@@ -192,17 +196,11 @@ impl Shard {
         }
     }
 
-    /// Forgets the key at ring position `i`; the last key moves into its place.
-    fn remove_at(&mut self, i: usize, budget: &Budget) {
+    /// Forgets the key at ring position `i`; the last key moves into its place. Returns the
+    /// number of keys removed from the map (0 or 1), whose budget the caller gives back.
+    fn remove_at(&mut self, i: usize) -> u64 {
         let removed = self.ring.swap_remove(i);
-        if self.map.remove(&removed).is_some() {
-            budget.give_back();
-        }
-        if let Some(moved) = self.ring.get(i)
-            && let Some(entry) = self.map.get_mut(moved)
-        {
-            entry.ring_pos = i as u32;
-        }
+        u64::from(self.map.remove(&removed).is_some())
     }
 
     /// Whether the key at ring position `i` is expired (or, defensively, missing).
@@ -212,19 +210,23 @@ impl Shard {
             .is_none_or(|e| e.expires_at_ms <= now_ms)
     }
 
-    fn sweep(&mut self, now_ms: u64, mut steps: usize, budget: &Budget) {
+    /// Checks up to `steps` ring positions for expiry and removes the expired keys. Returns
+    /// the number removed, whose budget the caller gives back (or reuses).
+    fn sweep(&mut self, now_ms: u64, mut steps: usize) -> u64 {
+        let mut removed = 0;
         while steps > 0 && !self.ring.is_empty() {
             if self.sweep >= self.ring.len() {
                 self.sweep = 0;
             }
             if self.expired_at(self.sweep, now_ms) {
                 // The last key moved into this position: check it next.
-                self.remove_at(self.sweep, budget);
+                removed += self.remove_at(self.sweep);
             } else {
                 self.sweep += 1;
             }
             steps -= 1;
         }
+        removed
     }
 
     /// The ring position to reuse (the shard is not empty): the first expired or
@@ -253,10 +255,17 @@ impl Shard {
         now_ms: u64,
         budget: &Budget,
     ) {
-        self.sweep(now_ms, SWEEP_PER_INSERT, budget);
-        let ring_pos = if budget.take() {
+        let swept = self.sweep(now_ms, SWEEP_PER_INSERT);
+        // A key the sweep just removed pays for the new one: its budget is kept rather than
+        // given back and taken again (one contended atomic operation less, usually two).
+        let budgeted = if swept > 0 {
+            budget.give_back(swept - 1);
+            true
+        } else {
+            budget.take()
+        };
+        if budgeted {
             self.ring.push(key);
-            self.ring.len() - 1
         } else if self.ring.is_empty() {
             // The provider is full and this shard holds nothing to evict: the key is not
             // stored (it will start fresh next time, as if evicted at once).
@@ -265,14 +274,12 @@ impl Shard {
             let i = self.victim(now_ms);
             let old = std::mem::replace(&mut self.ring[i], key);
             self.map.remove(&old);
-            i
-        };
+        }
         self.map.insert(
             key,
             Entry {
                 state,
                 expires_at_ms,
-                ring_pos: ring_pos as u32,
                 referenced: false,
             },
         );
@@ -359,7 +366,7 @@ impl Store {
             let mut i = 0;
             while i < shard.ring.len() {
                 if shard.expired_at(i, now_ms) {
-                    shard.remove_at(i, &self.budget);
+                    self.budget.give_back(shard.remove_at(i));
                 } else {
                     i += 1;
                 }
@@ -398,7 +405,7 @@ mod tests {
         store.update(k, clock, 0, |s, _| (None, s.cloned()))
     }
 
-    /// Every map entry is in the ring at the position it records, and nothing else is.
+    /// The ring and the map hold the same keys, each once.
     fn assert_consistent(store: &Store) {
         let mut held = 0;
         for shard in store.shards.iter() {
@@ -409,8 +416,14 @@ mod tests {
         for shard in store.shards.iter() {
             let shard = shard.lock();
             assert_eq!(shard.map.len(), shard.ring.len());
-            for (i, k) in shard.ring.iter().enumerate() {
-                assert_eq!(shard.map.get(k).map(|e| e.ring_pos as usize), Some(i));
+            let distinct: std::collections::HashSet<&Key> = shard.ring.iter().collect();
+            assert_eq!(
+                distinct.len(),
+                shard.ring.len(),
+                "a key is in the ring twice"
+            );
+            for k in &shard.ring {
+                assert!(shard.map.contains_key(k), "a ring key is not in the map");
             }
         }
     }
@@ -471,7 +484,7 @@ mod tests {
 
     #[test]
     fn a_map_bucket_stays_within_88_bytes() {
-        // Key 40 + entry 48 (state 32, expiry, ring position, reference bit): the layout
+        // Key 40 + entry 48 (state 32, expiry, reference bit): the layout
         // docs/performance.md's bytes-per-key figure rests on. Larger buckets cost cache misses.
         let bucket = std::mem::size_of::<(Key, Entry)>();
         assert!(bucket <= 88, "{bucket} bytes");

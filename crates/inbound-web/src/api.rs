@@ -1,13 +1,14 @@
 //! The JSON API of the reference app: `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics`.
 //!
 //! `/v1/evaluate` is the sidecar path and the hot one: the body is parsed with borrowed
-//! strings, the policy is found by name without allocating, and the response is written by
-//! hand into one pre-sized buffer (every string in it is a policy id, `[a-z0-9_-]`, or a
-//! fixed name, so nothing needs escaping).
+//! strings (copied only when they hold escapes), the policy is found by name without
+//! allocating, and a decision's response body is written by hand into one allocation of its
+//! exact size (every string in it is a policy id, `[a-z0-9_-]`, or a fixed name, so nothing
+//! needs escaping).
 
 use std::borrow::Cow;
 use std::collections::HashMap;
-use std::fmt::Write as _;
+use std::fmt;
 use std::sync::Arc;
 
 use axum::body::{Body, Bytes};
@@ -15,11 +16,11 @@ use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde::Deserialize;
-use shared_contract::{Cost, PolicyId, RateLimitOutcome, Readiness};
+use serde::{Deserialize, Deserializer};
+use shared_contract::{Cost, RateLimitDecision, RateLimitOutcome, Readiness};
 
 use crate::headers::ceil_secs;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
 
 /// Largest raw subject accepted, in bytes.
@@ -29,7 +30,7 @@ pub const MAX_SUBJECT_BYTES: usize = app_bootstrap::config::MAX_SUBJECT_BYTES;
 #[derive(Debug)]
 pub struct ApiState {
     limiter: Option<Arc<Limiter>>,
-    by_name: HashMap<Box<str>, PolicyId>,
+    by_name: HashMap<Box<str>, PolicyIndex>,
     prometheus: Option<PrometheusHandle>,
 }
 
@@ -38,8 +39,8 @@ impl ApiState {
     pub fn new(limiter: Option<Arc<Limiter>>, prometheus: Option<PrometheusHandle>) -> Self {
         let by_name = limiter
             .iter()
-            .flat_map(|l| l.policies().iter())
-            .map(|p| (Box::from(p.id().as_str()), p.id().clone()))
+            .flat_map(|l| l.indexed())
+            .map(|(i, p)| (Box::from(p.id().as_str()), i))
             .collect();
         Self {
             limiter,
@@ -56,15 +57,46 @@ impl ApiState {
 #[derive(Deserialize)]
 struct EvaluateBody<'a> {
     #[serde(borrow, default)]
-    policy: Option<Cow<'a, str>>,
+    policy: Option<Text<'a>>,
     #[serde(borrow, default)]
-    subject: Option<Cow<'a, str>>,
+    subject: Option<Text<'a>>,
     #[serde(default)]
     cost: Option<i64>,
 }
 
-fn json(status: StatusCode, body: String) -> Response {
-    let mut r = Response::new(Body::from(body));
+/// A JSON string borrowed from the body when it has no escapes, copied otherwise.
+///
+/// `Option<Cow<str>>` would always copy: serde borrows into a `Cow` only when the field is
+/// the `Cow` itself. Refuses exactly what `String` refuses, with the same messages.
+struct Text<'a>(Cow<'a, str>);
+
+impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct Visitor;
+        impl<'de> serde::de::Visitor<'de> for Visitor {
+            type Value = Text<'de>;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string")
+            }
+            fn visit_borrowed_str<E: serde::de::Error>(
+                self,
+                v: &'de str,
+            ) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Borrowed(v)))
+            }
+            fn visit_str<E: serde::de::Error>(self, v: &str) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v.to_owned())))
+            }
+            fn visit_string<E: serde::de::Error>(self, v: String) -> Result<Self::Value, E> {
+                Ok(Text(Cow::Owned(v)))
+            }
+        }
+        deserializer.deserialize_string(Visitor)
+    }
+}
+
+fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+    let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
         header::CONTENT_TYPE,
@@ -85,10 +117,10 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
         Ok(b) => b,
         Err(e) => return problem::bad_request("malformed_json", &format!("malformed JSON: {e}")),
     };
-    let policy_id = match parsed.policy.as_deref() {
-        None => limiter.policies().default_id(),
+    let index = match parsed.policy.as_ref().map(|t| &*t.0) {
+        None => limiter.default_policy(),
         Some(name) => match state.by_name.get(name) {
-            Some(id) => id,
+            Some(&i) => i,
             None => {
                 return problem::bad_request(
                     "unknown_policy",
@@ -100,7 +132,7 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
             }
         },
     };
-    let Some(subject) = parsed.subject else {
+    let Some(Text(subject)) = parsed.subject else {
         return problem::bad_request("missing_subject", "subject is required");
     };
     if subject.len() > MAX_SUBJECT_BYTES {
@@ -112,10 +144,9 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
             ),
         );
     }
-    let max_cost = limiter
-        .policies()
-        .get(policy_id)
-        .map_or(1, |p| p.max_cost().get());
+    let policy = limiter.policy(index);
+    let policy_id = policy.id();
+    let max_cost = policy.max_cost().get();
     let cost = match parsed.cost.unwrap_or(1) {
         c if c >= 1 && (c as u64) <= max_cost => Cost::new(c as u64),
         c => {
@@ -130,7 +161,7 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
     let Ok(cost) = cost else {
         return problem::bad_request("invalid_cost", "cost is out of range");
     };
-    let outcome = match limiter.evaluate(policy_id, subject.as_bytes(), cost).await {
+    let outcome = match limiter.evaluate(index, subject.as_bytes(), cost).await {
         Ok(o) => o,
         // Checked above already; the port's own check is authoritative (nothing consumed).
         Err(e) => return problem::bad_request("invalid_request", &e.to_string()),
@@ -140,80 +171,112 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
 
 /// The outcome as interface.md's JSON, with its status and `Retry-After`.
 pub fn respond(limiter: &Limiter, outcome: &RateLimitOutcome) -> Response {
-    let mut b = String::with_capacity(256);
-    let allowed = limiter.allows(outcome);
-    let (status, retry_ms) = match outcome {
-        RateLimitOutcome::Evaluated(d) => {
-            let _ = write!(
-                b,
-                r#"{{"outcome":"evaluated","allowed":{},"limit":{},"remaining":{},"retry_after_ms":{},"reset_at_ms":{},"policy":"{}","revision":{},"source":"{}","certainty":"{}"}}"#,
-                d.allowed,
-                d.limit,
-                d.remaining,
-                d.retry_after_ms,
-                d.reset_at_ms,
-                d.policy_id,
-                d.revision,
-                d.source.as_str(),
-                d.certainty.as_str()
-            );
-            if d.allowed {
-                (StatusCode::OK, 0)
-            } else {
-                (StatusCode::TOO_MANY_REQUESTS, d.retry_after_ms.max(1))
-            }
-        }
+    let (status, retry_ms, body) = match outcome {
+        RateLimitOutcome::Evaluated(d) if d.allowed => (StatusCode::OK, 0, decision_json(d)),
+        RateLimitOutcome::Evaluated(d) => (
+            StatusCode::TOO_MANY_REQUESTS,
+            d.retry_after_ms.max(1),
+            decision_json(d),
+        ),
         RateLimitOutcome::Unavailable {
             policy_id,
             retry_after_ms,
             category,
-        } => {
-            let _ = write!(
-                b,
+        } => no_decision(
+            limiter,
+            outcome,
+            format!(
                 r#"{{"outcome":"unavailable","policy":"{policy_id}","retry_after_ms":{retry_after_ms},"category":"{}""#,
                 category.as_str()
-            );
-            (StatusCode::SERVICE_UNAVAILABLE, *retry_after_ms)
-        }
+            ),
+            *retry_after_ms,
+        ),
         RateLimitOutcome::Indeterminate {
             policy_id,
             retry_after_ms,
-        } => {
-            let _ = write!(
-                b,
+        } => no_decision(
+            limiter,
+            outcome,
+            format!(
                 r#"{{"outcome":"indeterminate","policy":"{policy_id}","retry_after_ms":{retry_after_ms}"#
-            );
-            (StatusCode::SERVICE_UNAVAILABLE, *retry_after_ms)
-        }
+            ),
+            *retry_after_ms,
+        ),
         RateLimitOutcome::Incompatible {
             policy_id,
             category,
-        } => {
-            let _ = write!(
-                b,
+        } => no_decision(
+            limiter,
+            outcome,
+            format!(
                 r#"{{"outcome":"incompatible","policy":"{policy_id}","category":"{}""#,
                 category.as_str()
-            );
-            (StatusCode::SERVICE_UNAVAILABLE, 0)
-        }
+            ),
+            0,
+        ),
     };
-    let status = if matches!(outcome, RateLimitOutcome::Evaluated(_)) {
-        status
-    } else {
-        // No decision: the failure policy sets `allowed`; the outcome stays truthful.
-        if allowed {
-            b.push_str(r#","allowed":true}"#);
-        } else {
-            b.push('}');
-        }
-        if allowed { StatusCode::OK } else { status }
-    };
-    let mut r = json(status, b);
+    let mut r = json(status, body);
     if status != StatusCode::OK && retry_ms > 0 {
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(retry_ms)));
     }
     r
+}
+
+/// The end of an outcome that is not a decision: the failure policy sets `allowed` and the
+/// status; the outcome stays truthful.
+fn no_decision(
+    limiter: &Limiter,
+    outcome: &RateLimitOutcome,
+    mut text: String,
+    retry_ms: u64,
+) -> (StatusCode, u64, Bytes) {
+    let status = if limiter.allows(outcome) {
+        text.push_str(r#","allowed":true}"#);
+        StatusCode::OK
+    } else {
+        text.push('}');
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, retry_ms, Bytes::from(text))
+}
+
+/// A decision's JSON, in one allocation of its exact size.
+fn decision_json(d: &RateLimitDecision) -> Bytes {
+    let (mut limit, mut remaining, mut retry, mut reset, mut revision) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
+    let parts: [&[u8]; 19] = [
+        br#"{"outcome":"evaluated","allowed":"#,
+        if d.allowed { b"true" } else { b"false" },
+        br#","limit":"#,
+        limit.format(d.limit).as_bytes(),
+        br#","remaining":"#,
+        remaining.format(d.remaining).as_bytes(),
+        br#","retry_after_ms":"#,
+        retry.format(d.retry_after_ms).as_bytes(),
+        br#","reset_at_ms":"#,
+        reset.format(d.reset_at_ms).as_bytes(),
+        br#","policy":""#,
+        d.policy_id.as_str().as_bytes(),
+        br#"","revision":"#,
+        revision.format(d.revision.get()).as_bytes(),
+        br#","source":""#,
+        d.source.as_str().as_bytes(),
+        br#"","certainty":""#,
+        d.certainty.as_str().as_bytes(),
+        br#""}"#,
+    ];
+    let mut body = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
+    for part in parts {
+        body.extend_from_slice(part);
+    }
+    // Length equal to capacity: `Bytes` takes the buffer over without a second allocation.
+    Bytes::from(body)
 }
 
 /// `GET /healthz`: 200 while the process serves.
@@ -275,4 +338,73 @@ pub async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
         HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
     );
     r
+}
+
+#[cfg(test)]
+mod tests {
+    use shared_contract::{Certainty, PolicyId, PolicyRevision, Source};
+
+    use super::*;
+
+    #[test]
+    fn decision_json_is_the_interface_shape_byte_for_byte() {
+        let d = RateLimitDecision {
+            allowed: false,
+            limit: 9_007_199_254_740_991,
+            remaining: 0,
+            retry_after_ms: 1_500,
+            reset_at_ms: 1_764_000_000_123,
+            policy_id: PolicyId::new("api_v2-x").expect("valid id"),
+            revision: PolicyRevision::new(4_294_967_295).expect("valid"),
+            source: Source::LocalFallback,
+            certainty: Certainty::ApproximateFallback,
+        };
+        let expected = format!(
+            r#"{{"outcome":"evaluated","allowed":{},"limit":{},"remaining":{},"retry_after_ms":{},"reset_at_ms":{},"policy":"{}","revision":{},"source":"{}","certainty":"{}"}}"#,
+            d.allowed,
+            d.limit,
+            d.remaining,
+            d.retry_after_ms,
+            d.reset_at_ms,
+            d.policy_id,
+            d.revision,
+            d.source.as_str(),
+            d.certainty.as_str()
+        );
+        assert_eq!(decision_json(&d), expected.as_bytes());
+        let d = RateLimitDecision { allowed: true, ..d };
+        assert!(decision_json(&d).starts_with(br#"{"outcome":"evaluated","allowed":true,"#));
+    }
+
+    #[test]
+    fn strings_are_borrowed_unless_escaped_and_refused_like_string() {
+        let b: EvaluateBody<'_> =
+            serde_json::from_str(r#"{"policy":"api","subject":"us\u0065r-42"}"#).expect("valid");
+        assert!(matches!(b.policy, Some(Text(Cow::Borrowed("api")))));
+        assert!(matches!(b.subject, Some(Text(Cow::Owned(ref s))) if s == "user-42"));
+        let b: EvaluateBody<'_> = serde_json::from_str(r#"{"subject":null}"#).expect("valid");
+        assert!(b.subject.is_none() && b.policy.is_none());
+        for body in [
+            r#"{"subject":5}"#,
+            r#"{"subject":["a"]}"#,
+            r#"{"policy":true}"#,
+        ] {
+            let ours = serde_json::from_str::<EvaluateBody<'_>>(body)
+                .err()
+                .map(|e| e.to_string());
+            #[derive(Debug, Deserialize)]
+            #[allow(dead_code)]
+            struct Owned {
+                #[serde(default)]
+                policy: Option<String>,
+                #[serde(default)]
+                subject: Option<String>,
+            }
+            let owned = serde_json::from_str::<Owned>(body)
+                .err()
+                .map(|e| e.to_string());
+            assert!(ours.is_some());
+            assert_eq!(ours, owned, "{body}");
+        }
+    }
 }

@@ -22,11 +22,16 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::http::HeaderValue;
+use axum::body::Bytes;
+use axum::http::{HeaderName, HeaderValue};
 use shared_contract::{RateLimitDecision, RateLimitPolicy};
 
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
 pub const RATELIMIT: &str = "ratelimit";
+/// The names as `HeaderName`s, built at compile time (`from_static` at run time would check
+/// the name on every response).
+pub const RATELIMIT_POLICY_NAME: HeaderName = HeaderName::from_static(RATELIMIT_POLICY);
+pub const RATELIMIT_NAME: HeaderName = HeaderName::from_static(RATELIMIT);
 
 /// Whole seconds in `ms`, rounded up.
 pub fn ceil_secs(ms: u64) -> u64 {
@@ -49,19 +54,35 @@ pub fn push_policy(out: &mut String, policy: &RateLimitPolicy) {
     let _ = write!(out, "\"{}\";q={q};w={w}", policy.id());
 }
 
-/// Appends one `RateLimit` member for `decision` under `policy`.
-pub fn push_limit(out: &mut String, policy: &RateLimitPolicy, decision: &RateLimitDecision) {
+/// Appends one `RateLimit` member for `decision` under `policy`, growing `out` by exactly the
+/// member's length: a field of one member is then a single allocation of its exact size, which
+/// [`bytes_value`] turns into the header value without copying it.
+pub fn push_limit(out: &mut Vec<u8>, policy: &RateLimitPolicy, decision: &RateLimitDecision) {
     let (_, w) = policy.algorithm().quota_window();
     let t = ceil_secs(decision.reset_at_ms.saturating_sub(now_ms())).min(w);
-    if !out.is_empty() {
-        out.push_str(", ");
+    let mut r_text = itoa::Buffer::new();
+    let r = r_text.format(decision.remaining).as_bytes();
+    let mut t_text = itoa::Buffer::new();
+    let t = t_text.format(t).as_bytes();
+    let id = policy.id().as_str().as_bytes();
+    let separator: &[u8] = if out.is_empty() { b"" } else { b", " };
+    // `"<id>";r=<r>;t=<t>`: 8 bytes besides the id and the two numbers.
+    out.reserve_exact(separator.len() + id.len() + r.len() + t.len() + 8);
+    for part in [separator, b"\"", id, b"\";r=", r, b";t=", t] {
+        out.extend_from_slice(part);
     }
-    let _ = write!(out, "\"{}\";r={};t={t}", policy.id(), decision.remaining);
 }
 
 /// A header value from text this module built (always visible ASCII).
 pub fn value(text: String) -> HeaderValue {
     HeaderValue::try_from(text).unwrap_or_else(|_| HeaderValue::from_static(""))
+}
+
+/// A header value from bytes this module built (always visible ASCII), taking the buffer over:
+/// no copy, and no second allocation when its length is its capacity.
+pub fn bytes_value(bytes: Vec<u8>) -> HeaderValue {
+    HeaderValue::from_maybe_shared(Bytes::from(bytes))
+        .unwrap_or_else(|_| HeaderValue::from_static(""))
 }
 
 #[cfg(test)]

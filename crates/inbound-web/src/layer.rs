@@ -19,7 +19,8 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::SocketAddr;
+use std::io::Write as _;
+use std::net::{IpAddr, SocketAddr};
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
@@ -33,7 +34,7 @@ use shared_contract::{Cost, PolicyId, RateLimitOutcome};
 use tower::{Layer, Service};
 
 use crate::headers;
-use crate::limiter::Limiter;
+use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
 
 /// Which requests a policy limits, and by which subject.
@@ -86,13 +87,22 @@ impl Rule {
     }
 }
 
+/// A rule's policy, resolved in the limiter when the layer is built.
+#[derive(Debug)]
+struct Resolved {
+    index: PolicyIndex,
+    /// The `RateLimit-Policy` value of the policy alone, built once: it depends only on the
+    /// policy, and one matching rule is the common case.
+    policy_value: HeaderValue,
+}
+
 #[derive(Debug)]
 struct Shared {
     limiter: Arc<Limiter>,
     rules: Vec<Rule>,
-    /// The `RateLimit-Policy` value of each rule alone, built once: it depends only on the
-    /// policy, and one matching rule is the common case.
-    policy_values: Vec<Option<HeaderValue>>,
+    /// By rule; `None` when the limiter has no such policy (answered 500 when the rule
+    /// matches).
+    resolved: Vec<Option<Resolved>>,
 }
 
 /// The middleware's layer. See the module docs.
@@ -103,13 +113,16 @@ pub struct RateLimitLayer {
 
 impl RateLimitLayer {
     pub fn new(limiter: Arc<Limiter>, rules: Vec<Rule>) -> Self {
-        let policy_values = rules
+        let resolved = rules
             .iter()
             .map(|r| {
-                limiter.policies().get(&r.policy).map(|p| {
+                limiter.resolve(&r.policy).map(|index| {
                     let mut v = String::new();
-                    headers::push_policy(&mut v, p);
-                    headers::value(v)
+                    headers::push_policy(&mut v, limiter.policy(index));
+                    Resolved {
+                        index,
+                        policy_value: headers::value(v),
+                    }
                 })
             })
             .collect();
@@ -117,7 +130,7 @@ impl RateLimitLayer {
             shared: Arc::new(Shared {
                 limiter,
                 rules,
-                policy_values,
+                resolved,
             }),
         }
     }
@@ -171,6 +184,37 @@ where
     }
 }
 
+/// The raw subject of `rule` in `req`: the header's bytes, or the peer address as text (at
+/// most 45 bytes, the longest IPv6 text form), written into `ip`.
+fn raw_subject<'a>(rule: &Rule, req: &'a Request<Body>, ip: &'a mut IpText) -> &'a [u8] {
+    match &rule.subject {
+        Subject::Header(name) => req
+            .headers()
+            .get(name)
+            .map_or(&[][..], HeaderValue::as_bytes),
+        Subject::Ip => match req.extensions().get::<ConnectInfo<SocketAddr>>() {
+            Some(ConnectInfo(addr)) => ip.format(addr.ip()),
+            None => &[][..],
+        },
+    }
+}
+
+/// The text of an IP address (`Display`), on the stack.
+struct IpText {
+    buf: [u8; 64],
+}
+
+impl IpText {
+    fn format(&mut self, ip: IpAddr) -> &[u8] {
+        let mut cursor = std::io::Cursor::new(&mut self.buf[..]);
+        // 64 bytes hold every IPv4 and IPv6 text form; a failed write is impossible, and
+        // would only shorten the text.
+        let _ = write!(cursor, "{ip}");
+        let len = cursor.position() as usize;
+        &self.buf[..len]
+    }
+}
+
 async fn limit<S>(
     shared: Arc<Shared>,
     mut inner: S,
@@ -180,40 +224,29 @@ where
     S: Service<Request<Body>, Response = Response, Error = Infallible>,
 {
     let limiter = &shared.limiter;
-    // Only the parts are borrowed across the evaluations: the body is `Send` but not `Sync`.
-    let (parts, body) = req.into_parts();
     let mut policy_field = String::new();
-    let mut limit_field = String::new();
+    let mut limit_field = Vec::new();
     let mut violated: Vec<&str> = Vec::new();
     let mut retry_after_ms = 0u64;
     let mut applied = 0usize;
     let mut single_policy_value = None;
-    let matching = shared
-        .rules
-        .iter()
-        .zip(&shared.policy_values)
-        .filter(|(r, _)| r.matches(parts.uri.path()));
-    for (rule, policy_value) in matching {
-        let Some(policy) = limiter.policies().get(&rule.policy) else {
+    for (rule, resolved) in shared.rules.iter().zip(&shared.resolved) {
+        // Nothing borrowed from the request lives across an await: the body is `Send` but
+        // not `Sync`, so the future could not be `Send` otherwise.
+        if !rule.matches(req.uri().path()) {
+            continue;
+        }
+        let Some(resolved) = resolved else {
             return Ok(problem::internal(
                 "a route names a policy the provider does not have",
             ));
         };
-        let ip;
-        let subject: &[u8] = match &rule.subject {
-            Subject::Header(name) => parts
-                .headers
-                .get(name)
-                .map_or(&[][..], HeaderValue::as_bytes),
-            Subject::Ip => match parts.extensions.get::<ConnectInfo<SocketAddr>>() {
-                Some(ConnectInfo(addr)) => {
-                    ip = addr.ip().to_string();
-                    ip.as_bytes()
-                }
-                None => &[][..],
-            },
+        let policy = limiter.policy(resolved.index);
+        let evaluation = {
+            let mut ip = IpText { buf: [0; 64] };
+            limiter.evaluate(resolved.index, raw_subject(rule, &req, &mut ip), Cost::ONE)
         };
-        let outcome = match limiter.evaluate(&rule.policy, subject, Cost::ONE).await {
+        let outcome = match evaluation.await {
             Ok(o) => o,
             Err(e) => return Ok(problem::internal(&e.to_string())),
         };
@@ -221,7 +254,7 @@ where
             RateLimitOutcome::Evaluated(d) => {
                 applied += 1;
                 if applied == 1 {
-                    single_policy_value = policy_value.clone();
+                    single_policy_value = Some(resolved.policy_value.clone());
                 } else {
                     if applied == 2 {
                         // A second policy applies: the list is built member by member.
@@ -257,7 +290,7 @@ where
         }
     }
     let mut response = if violated.is_empty() {
-        match inner.call(Request::from_parts(parts, body)).await {
+        match inner.call(req).await {
             Ok(r) => r,
             Err(never) => match never {},
         }
@@ -275,14 +308,8 @@ where
             _ => headers::value(policy_field),
         };
         let h = response.headers_mut();
-        h.insert(
-            HeaderName::from_static(headers::RATELIMIT_POLICY),
-            policy_value,
-        );
-        h.insert(
-            HeaderName::from_static(headers::RATELIMIT),
-            headers::value(limit_field),
-        );
+        h.insert(headers::RATELIMIT_POLICY_NAME, policy_value);
+        h.insert(headers::RATELIMIT_NAME, headers::bytes_value(limit_field));
     }
     Ok(response)
 }

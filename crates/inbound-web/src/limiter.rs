@@ -1,18 +1,21 @@
 //! One evaluation at the edge: digest the raw subject, give it a deadline, ask the port,
 //! record metrics, inside a tracing span that names the policy but never the subject.
 //!
-//! Metric handles are registered once per policy when the [`Limiter`] is built, so an
-//! evaluation records with atomic increments and allocates no label strings.
+//! Policies are resolved once into a [`PolicyIndex`] (by the middleware's rules when the layer
+//! is built, by `/v1/evaluate` through a name table), and each policy's metric handles are
+//! registered when the [`Limiter`] is built. An evaluation therefore looks nothing up by name:
+//! it records with atomic increments and allocates no label strings.
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Instant;
 
 use app_bootstrap::{BreakerState, RateLimitRuntime};
 use metrics::{Counter, Histogram};
 use shared_contract::{
-    Cost, Deadline, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest,
-    RequestError,
+    Cost, Deadline, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, RequestError,
 };
 use tracing::Instrument as _;
 
@@ -61,11 +64,24 @@ impl PolicyMetrics {
     }
 }
 
+/// A policy of one [`Limiter`], resolved by [`Limiter::resolve`]. Only meaningful for the
+/// limiter that made it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PolicyIndex(usize);
+
+#[derive(Debug)]
+struct Entry {
+    policy: RateLimitPolicy,
+    metrics: PolicyMetrics,
+}
+
 /// The edge's view of an enabled limiter. Cheap to share (`Arc<Limiter>`).
 #[derive(Debug)]
 pub struct Limiter {
     runtime: RateLimitRuntime,
-    policies: HashMap<PolicyId, PolicyMetrics>,
+    entries: Vec<Entry>,
+    by_id: HashMap<PolicyId, PolicyIndex>,
+    default: PolicyIndex,
     errors: [Counter; ERROR_CATEGORIES.len()],
 }
 
@@ -73,19 +89,62 @@ impl Limiter {
     /// Registers the metrics of every policy of `runtime` (install the metrics recorder
     /// first; without one, recording is a no-op).
     pub fn new(runtime: RateLimitRuntime) -> Self {
-        let policies = runtime
+        let entries: Vec<Entry> = runtime
             .port()
             .policies()
             .iter()
-            .map(|p| (p.id().clone(), PolicyMetrics::new(p.id())))
+            .map(|p| Entry {
+                policy: p.clone(),
+                metrics: PolicyMetrics::new(p.id()),
+            })
             .collect();
+        let by_id = entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (e.policy.id().clone(), PolicyIndex(i)))
+            .collect::<HashMap<_, _>>();
+        // A policy set always holds its default, so the fallback (the first policy) is never
+        // taken.
+        let default = by_id
+            .get(runtime.port().policies().default_id())
+            .copied()
+            .unwrap_or(PolicyIndex(0));
         let errors = ERROR_CATEGORIES
             .map(|category| metrics::counter!(names::PROVIDER_ERRORS, "category" => category));
         Self {
             runtime,
-            policies,
+            entries,
+            by_id,
+            default,
             errors,
         }
+    }
+
+    /// The policy `id` of this limiter, if it has one.
+    pub fn resolve(&self, id: &PolicyId) -> Option<PolicyIndex> {
+        self.by_id.get(id).copied()
+    }
+
+    /// The policy set's default policy.
+    pub fn default_policy(&self) -> PolicyIndex {
+        self.default
+    }
+
+    /// Every policy of this limiter with its index.
+    pub fn indexed(&self) -> impl Iterator<Item = (PolicyIndex, &RateLimitPolicy)> {
+        self.entries
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (PolicyIndex(i), &e.policy))
+    }
+
+    /// The policy at `index`.
+    ///
+    /// # Panics
+    /// When `index` was not made by this limiter's [`Self::resolve`] or [`Self::indexed`]
+    /// and is out of its range.
+    pub fn policy(&self, index: PolicyIndex) -> &RateLimitPolicy {
+        &self.entries[index.0].policy
     }
 
     pub fn runtime(&self) -> &RateLimitRuntime {
@@ -114,17 +173,25 @@ impl Limiter {
         self.runtime.breaker().map(|b| b.state())
     }
 
-    /// Evaluates `cost` for the raw subject `raw_subject` under `policy`.
+    /// Evaluates `cost` for the raw subject `raw_subject` under the policy at `index`.
+    ///
+    /// The subject is digested before this returns: the future borrows only the limiter, not
+    /// `raw_subject`, so a caller may hand in bytes it cannot hold across an await.
     ///
     /// # Errors
     /// [`RequestError`] when the port refuses the request (unknown policy, cost above
     /// `max_cost`); nothing was consumed.
-    pub async fn evaluate(
-        &self,
-        policy: &PolicyId,
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub fn evaluate<'a>(
+        &'a self,
+        index: PolicyIndex,
         raw_subject: &[u8],
         cost: Cost,
-    ) -> Result<RateLimitOutcome, RequestError> {
+    ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
+        let entry = &self.entries[index.0];
+        let policy = entry.policy.id();
         let span = tracing::debug_span!(
             "rate_limit.evaluate",
             policy = %policy,
@@ -133,51 +200,54 @@ impl Limiter {
             allowed = tracing::field::Empty,
         );
         let subject = self.runtime.hasher().digest(raw_subject);
+        // One clock read starts both the deadline and the latency measurement.
+        let start = Instant::now();
         // The budget is at most Deadline::MAX_BUDGET by construction of the runtime; if it
         // ever is not, the longest allowed budget is the honest fallback.
-        let deadline = Deadline::within(self.runtime.budget())
-            .or_else(|_| Deadline::within(Deadline::MAX_BUDGET))
-            .map_err(|_| RequestError::UnknownPolicy(policy.clone()))?;
-        let request = RateLimitRequest {
+        let deadline = Deadline::at(start, self.runtime.budget())
+            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
+            .map_err(|_| RequestError::UnknownPolicy(policy.clone()));
+        let request = deadline.map(|deadline| RateLimitRequest {
             policy_id: policy.clone(),
             subject,
             cost,
             evaluation_id: None,
             deadline,
-        };
-        let start = Instant::now();
-        let result = self
-            .runtime
-            .port()
-            .evaluate(request)
-            .instrument(span.clone())
-            .await;
-        let elapsed = start.elapsed();
-        if let Ok(outcome) = &result {
-            self.record(policy, outcome, elapsed.as_secs_f64());
-            if !span.is_disabled() {
-                span.record("outcome", outcome.name());
-                span.record("allowed", self.allows(outcome));
-                tracing::debug!(
-                    parent: &span,
-                    micros = elapsed.as_micros() as u64,
-                    "rate-limit evaluation"
-                );
+        });
+        async move {
+            let evaluation = self.runtime.port().evaluate(request?);
+            // A disabled span (the usual case in production) is not entered on every poll.
+            let result = if span.is_disabled() {
+                evaluation.await
+            } else {
+                evaluation.instrument(span.clone()).await
+            };
+            let elapsed = start.elapsed();
+            if let Ok(outcome) = &result {
+                self.record(entry, outcome, elapsed.as_secs_f64());
+                if !span.is_disabled() {
+                    span.record("outcome", outcome.name());
+                    span.record("allowed", self.allows(outcome));
+                    tracing::debug!(
+                        parent: &span,
+                        micros = elapsed.as_micros() as u64,
+                        "rate-limit evaluation"
+                    );
+                }
             }
+            result
         }
-        result
     }
 
-    fn record(&self, policy: &PolicyId, outcome: &RateLimitOutcome, seconds: f64) {
-        if let Some(m) = self.policies.get(policy) {
-            m.latency.record(seconds);
-            match outcome {
-                RateLimitOutcome::Evaluated(d) if d.allowed => m.allowed.increment(1),
-                RateLimitOutcome::Evaluated(_) => m.denied.increment(1),
-                RateLimitOutcome::Unavailable { .. } => m.unavailable.increment(1),
-                RateLimitOutcome::Indeterminate { .. } => m.indeterminate.increment(1),
-                RateLimitOutcome::Incompatible { .. } => m.incompatible.increment(1),
-            }
+    fn record(&self, entry: &Entry, outcome: &RateLimitOutcome, seconds: f64) {
+        let m = &entry.metrics;
+        m.latency.record(seconds);
+        match outcome {
+            RateLimitOutcome::Evaluated(d) if d.allowed => m.allowed.increment(1),
+            RateLimitOutcome::Evaluated(_) => m.denied.increment(1),
+            RateLimitOutcome::Unavailable { .. } => m.unavailable.increment(1),
+            RateLimitOutcome::Indeterminate { .. } => m.indeterminate.increment(1),
+            RateLimitOutcome::Incompatible { .. } => m.incompatible.increment(1),
         }
         let category = match outcome {
             RateLimitOutcome::Evaluated(_) => return,
