@@ -13,7 +13,9 @@
 #   inbound-web the release binary with the redis provider; POST /v1/evaluate
 # Redis is emptied (FLUSHALL) before each server starts, so every run begins from the same
 # state. With ROUNDS > 1 the order alternates (L I, I L, L I, ...) so that drift in the
-# machine's load does not favour one side. Prints one row per run, the ratios per round
+# machine's load does not favour one side. Prints one row per run, with "other work": the share
+# of the machine (100% = every core) that processes other than wrk, the server and Redis took
+# during that run, and the load average just before it; then the ratios per round
 # (inbound-web / limitador, for req/s and for p99) and their medians. Everything it starts is
 # stopped on exit.
 #
@@ -141,8 +143,20 @@ stop() {
   APID=
 }
 
+# CPU accounting, in clock ticks, to tell how much of the machine other work took during a
+# measured run (the load average counts the benchmark's own processes too):
+# machine busy and total ticks, ticks of live processes, ticks of this shell's waited children.
+cpu_machine() { awk '/^cpu / { print $2 + $3 + $4 + $7 + $8 + $9, $2 + $3 + $4 + $5 + $6 + $7 + $8 + $9 }' /proc/stat; }
+cpu_procs() { for p in "$@"; do sed 's/.*) //' "/proc/$p/stat"; done | awk '{ s += $12 + $13 } END { print s + 0 }'; }
+cpu_children() { # $1 = output of `times` (run in this shell, not in a subshell)
+  awk -v hz="$(getconf CLK_TCK)" 'NR == 2 { split($1, u, /[ms]/); split($2, y, /[ms]/)
+    print (u[1] * 60 + u[2] + y[1] * 60 + y[2]) * hz }' "$1"
+}
+
 # Runs wrk against the server that is up and appends one line to $TMP/results:
-# round server req/s p50_ms p90_ms p99_ms non2xx socket_errors load1 load5 load15
+# round server req/s p50_ms p90_ms p99_ms non2xx socket_errors others_pct load1 load5 load15
+# where others_pct is the share of the machine (100 = every core) that processes other than
+# wrk, the server and redis-server used during the measured run.
 measure() { # $1 = round, $2 = server
   case $2 in
     limitador) script=$HERE/check-and-report.lua; path=/check_and_report ;;
@@ -152,8 +166,15 @@ measure() { # $1 = round, $2 = server
     wrk -t2 -c64 -d"$WARMUP" -s "$script" "http://127.0.0.1:$HPORT$path" >/dev/null
   fi
   load=$(cut -d' ' -f1-3 /proc/loadavg)
+  times >"$TMP/times0"
+  m0=$(cpu_machine); p0=$(cpu_procs "$APID" "$RPID")
   $WRK -s "$script" "http://127.0.0.1:$HPORT$path" >"$TMP/wrk.out"
-  awk -v round="$1" -v server="$2" -v la="$load" '
+  m1=$(cpu_machine); p1=$(cpu_procs "$APID" "$RPID")
+  times >"$TMP/times1"
+  others=$(echo "$m0 $m1 $p0 $p1 $(cpu_children "$TMP/times0") $(cpu_children "$TMP/times1")" | awk '{
+    busy = $3 - $1; total = $4 - $2; ours = ($6 - $5) + ($8 - $7)
+    o = total > 0 ? 100 * (busy - ours) / total : 0; printf "%.0f", o < 0 ? 0 : o }')
+  awk -v round="$1" -v server="$2" -v la="$load" -v others="$others" '
     function ms(v) {
       if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
       if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
@@ -163,11 +184,11 @@ measure() { # $1 = round, $2 = server
     /^ +50%/ { p50 = ms($2) }  /^ +90%/ { p90 = ms($2) }  /^ +99%/ { p99 = ms($2) }
     /^Requests\/sec:/ { rps = $2 }
     /Non-2xx or 3xx responses:/ { non2xx = $NF }
-    /Socket errors:/ { errs = $4 + $6 + $8 + $10; gsub(/,/, "", errs) }
-    END { printf "%s %s %.0f %.3f %.3f %.3f %d %d %s\n", round, server, rps, p50, p90, p99,
-                 non2xx, errs, la }
+    /Socket errors:/ { errs = $4 + $6 + $8 + $10 }
+    END { printf "%s %s %.0f %.3f %.3f %.3f %d %d %s %s\n", round, server, rps, p50, p90, p99,
+                 non2xx, errs, others, la }
   ' "$TMP/wrk.out" >>"$TMP/results"
-  tail -1 "$TMP/results" | awk '{ printf "  %-11s %8.0f req/s  p50 %6.2f ms  p90 %6.2f ms  p99 %6.2f ms  non-2xx %d  socket errors %d  (load %s %s %s)\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11 }'
+  tail -1 "$TMP/results" | awk '{ printf "  %-11s %8.0f req/s  p50 %6.2f ms  p90 %6.2f ms  p99 %6.2f ms  non-2xx %d  socket errors %d  other work %s%%  load %s %s %s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
 }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)," \
@@ -187,9 +208,9 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 
 echo
-echo "| round | server | req/s | p50 ms | p90 ms | p99 ms | non-2xx | load average |"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | --- |"
-awk '{ printf "| %s | %s | %s | %.2f | %.2f | %.2f | %d | %s %s %s |\n", $1, $2, $3, $4, $5, $6, $7 + $8, $9, $10, $11 }' "$TMP/results"
+echo "| round | server | req/s | p50 ms | p90 ms | p99 ms | errors | other work | load average before |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
+awk '{ printf "| %s | %s | %s | %.2f | %.2f | %.2f | %d | %s%% | %s %s %s |\n", $1, $2, $3, $4, $5, $6, $7 + $8, $9, $10, $11, $12 }' "$TMP/results"
 echo
 python3 - "$TMP/results" <<'EOF'
 import statistics, sys
