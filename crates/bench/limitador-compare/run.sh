@@ -41,7 +41,7 @@ TARGET=${CARGO_TARGET_DIR:-$ROOT/target}
 LTARGET=${LIMITADOR_TARGET_DIR:-$TARGET/limitador-compare}
 INBOUND=$TARGET/release/inbound-web
 LIMITADOR=$LTARGET/release/limitador-sidecar
-WRK="wrk -t2 -c64 -d$DURATION --latency"
+WRK_ARGS="-t2 -c64 -d$DURATION --latency"
 
 for tool in wrk redis-server redis-cli curl python3; do
   command -v "$tool" >/dev/null || { echo "missing $tool" >&2; exit 2; }
@@ -64,9 +64,11 @@ HPORT=$(free_port)
 TMP=$(mktemp -d)
 RPID=
 APID=
+WPID=
 cleanup() {
-  [ -z "$APID" ] || { kill "$APID" 2>/dev/null; wait "$APID" 2>/dev/null || true; }
-  [ -z "$RPID" ] || { kill "$RPID" 2>/dev/null; wait "$RPID" 2>/dev/null || true; }
+  [ -z "$WPID" ] || { kill "$WPID" 2>/dev/null || true; wait "$WPID" 2>/dev/null || true; }
+  [ -z "$APID" ] || { kill "$APID" 2>/dev/null || true; wait "$APID" 2>/dev/null || true; }
+  [ -z "$RPID" ] || { kill "$RPID" 2>/dev/null || true; wait "$RPID" 2>/dev/null || true; }
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -137,6 +139,15 @@ start() { # $1 = server
   done
 }
 
+# wrk in the background and waited for, so that a signal to this script is acted on at once
+# (a foreground child would delay the traps until it ends) and cleanup can stop wrk too.
+run_wrk() { # wrk arguments; stdout goes where the caller redirects it
+  wrk "$@" &
+  WPID=$!
+  wait "$WPID"
+  WPID=
+}
+
 stop() {
   kill -TERM "$APID" 2>/dev/null || true
   wait "$APID" 2>/dev/null || true
@@ -163,12 +174,12 @@ measure() { # $1 = round, $2 = server
     inbound-web) script=$ROOT/crates/inbound-web/bench/evaluate.lua; path=/v1/evaluate ;;
   esac
   if [ "$WARMUP" != 0 ]; then
-    wrk -t2 -c64 -d"$WARMUP" -s "$script" "http://127.0.0.1:$HPORT$path" >/dev/null
+    run_wrk -t2 -c64 -d"$WARMUP" -s "$script" "http://127.0.0.1:$HPORT$path" >/dev/null
   fi
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   times >"$TMP/times0"
   m0=$(cpu_machine); p0=$(cpu_procs "$APID" "$RPID")
-  $WRK -s "$script" "http://127.0.0.1:$HPORT$path" >"$TMP/wrk.out"
+  run_wrk $WRK_ARGS -s "$script" "http://127.0.0.1:$HPORT$path" >"$TMP/wrk.out"
   m1=$(cpu_machine); p1=$(cpu_procs "$APID" "$RPID")
   times >"$TMP/times1"
   others=$(echo "$m0 $m1 $p0 $p1 $(cpu_children "$TMP/times0") $(cpu_children "$TMP/times1")" | awk '{
@@ -193,7 +204,7 @@ measure() { # $1 = round, $2 = server
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)," \
   "uptime: $(uptime | sed 's/^ *//')"
-echo "# each run: $WRK (random subjects over 1,000,000), warm-up $WARMUP, Redis flushed before it"
+echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMUP, Redis flushed before it"
 : >"$TMP/results"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
