@@ -773,3 +773,31 @@ async fn min_replicas_ack_reports_unacknowledged_allows_as_indeterminate_and_kee
         );
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slow_reply_within_the_command_timeout_is_a_decision() {
+    // The driver has a response timeout of its own (500 ms by default); only the provider's
+    // command_timeout may decide when a reply is too late.
+    let mut server = RedisServer::start();
+    let p = policy("slow", AlgorithmKind::TokenBucket, 1, 5);
+    let mut s = settings(&server);
+    s.command_timeout = Duration::from_secs(3);
+    let provider = connect(s, set(vec![p.clone()])).await;
+    assert_eq!(provider.readiness().await, Readiness::Ready);
+    server.pause();
+    let started = Instant::now();
+    let pending = tokio::spawn({
+        let p = p.clone();
+        async move { provider.evaluate(request(&p, subject(77))).await }
+    });
+    tokio::time::sleep(Duration::from_millis(900)).await;
+    server.resume();
+    let outcome = pending.await.expect("task").expect("valid request");
+    assert!(
+        matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed),
+        "{outcome:?} after {:?}",
+        started.elapsed()
+    );
+    assert!(started.elapsed() >= Duration::from_millis(850));
+    server.stop();
+}

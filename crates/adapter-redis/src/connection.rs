@@ -397,7 +397,12 @@ pub(crate) async fn connect(
             .map_err(|e| format!("connect to {endpoint}: {e}"))?;
         // Small requests and replies: do not let Nagle hold them back.
         let _ = stream.set_nodelay(true);
+        // No driver timeout: every command runs under the provider's own (`command_timeout`),
+        // which counts toward replacing a stuck link. The driver's default of 500 ms would
+        // cut longer command timeouts short, as an error the provider cannot tell from a
+        // broken connection.
         let config = AsyncConnectionConfig::new()
+            .set_response_timeout(None)
             .set_pipeline_buffer_size(settings.max_in_flight.clamp(64, 8192));
         let handshake_failed = |e: redis::RedisError| format!("handshake with {endpoint}: {e}");
         match (&endpoint.access.tls, &endpoint.server_name) {

@@ -100,11 +100,10 @@ impl PolicyKeys {
         let mut h = self.policy_state.clone();
         put_field(&mut h, subject.as_bytes());
         let digest = h.finalize();
-        let tag = subject_tag(subject);
         let mut key = String::with_capacity(self.prefix.len() + 3 + 4 + 16);
         key.push_str(&self.prefix);
         key.push_str(":{");
-        key.push_str(&tag);
+        push_subject_tag(subject, &mut key);
         key.push('}');
         URL_SAFE_NO_PAD.encode_string(&digest[..DIGEST_BYTES], &mut key);
         key
@@ -113,10 +112,16 @@ impl PolicyKeys {
 
 /// The 4-character hash tag of a subject: the same for every policy.
 pub fn subject_tag(subject: &SubjectDigest) -> String {
+    let mut tag = String::with_capacity(4);
+    push_subject_tag(subject, &mut tag);
+    tag
+}
+
+fn push_subject_tag(subject: &SubjectDigest, out: &mut String) {
     let mut h = Sha256::new();
     put_field(&mut h, TAG_DOMAIN);
     put_field(&mut h, subject.as_bytes());
-    URL_SAFE_NO_PAD.encode(&h.finalize()[..TAG_BYTES])
+    URL_SAFE_NO_PAD.encode_string(&h.finalize()[..TAG_BYTES], out);
 }
 
 /// The Redis Cluster slot of `key` (CRC16/XMODEM of the hash tag, or of the whole key when

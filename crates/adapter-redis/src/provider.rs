@@ -509,12 +509,17 @@ struct Plan {
     keys: PolicyKeys,
     /// `ARGV[2..]`, already formatted.
     args: Vec<String>,
+    /// Their total length.
+    args_len: usize,
 }
 
 impl Plan {
     fn command(&self, verb: &str, script: &str, key: &str, cost: u64) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(script).arg(1).arg(key).arg(cost);
+        // Sized once: growing the argument buffers showed up as several reallocations per
+        // call. 20 bytes hold any cost.
+        let bytes = verb.len() + script.len() + 1 + key.len() + 20 + self.args_len;
+        let mut cmd = Cmd::with_capacity(5 + self.args.len(), bytes);
+        cmd.arg(verb).arg(script).arg(1).arg(key).arg(cost);
         for a in &self.args {
             cmd.arg(a.as_str());
         }
@@ -596,15 +601,17 @@ impl RedisProvider {
         let mut plans = HashMap::new();
         for policy in policies.iter() {
             let program = programs::program(policy.kind());
+            let args: Vec<String> = programs::arguments(policy)
+                .into_iter()
+                .map(|a| a.to_string())
+                .collect();
             plans.insert(
                 policy.id().clone(),
                 Plan {
                     program,
                     keys: PolicyKeys::new(&settings.key_prefix, policy)?,
-                    args: programs::arguments(policy)
-                        .into_iter()
-                        .map(|a| a.to_string())
-                        .collect(),
+                    args_len: args.iter().map(String::len).sum(),
+                    args,
                 },
             );
         }
