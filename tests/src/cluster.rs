@@ -184,18 +184,7 @@ impl RedisCluster {
     /// # Panics
     /// When a slot has no live master (the cluster is not ready).
     pub fn slot_owners(&self) -> Vec<u16> {
-        let mut owners = vec![0u16; usize::from(SLOTS)];
-        for n in self.view().into_iter().filter(|n| n.master && !n.failed) {
-            for &(a, b) in &n.slots {
-                for s in a..=b.min(SLOTS - 1) {
-                    owners[usize::from(s)] = n.port;
-                }
-            }
-        }
-        if let Some(s) = owners.iter().position(|&p| p == 0) {
-            panic!("slot {s} has no live master");
-        }
-        owners
+        self.slot_owners_checked().unwrap_or_else(|e| panic!("{e}"))
     }
 
     /// The port of the master serving `slot`.
@@ -345,7 +334,32 @@ impl RedisCluster {
                 return Err(format!("replica :{port} not synced"));
             }
         }
+        let owners = self.slot_owners_checked()?;
+        for master in self.masters() {
+            let replicas = self.replicas_of(master).len();
+            if replicas > 0 {
+                let key = probe_key(&owners, master)
+                    .ok_or_else(|| format!("no probe key for :{master}"))?;
+                probe::replicas_streaming(&probe::url(master), &key, replicas)?;
+            }
+        }
         Ok(())
+    }
+
+    /// `owners[slot]` = port of the master serving `slot`, or why not every slot has one.
+    fn slot_owners_checked(&self) -> Result<Vec<u16>, String> {
+        let mut owners = vec![0u16; usize::from(SLOTS)];
+        for n in self.view().into_iter().filter(|n| n.master && !n.failed) {
+            for &(a, b) in &n.slots {
+                for s in a..=b.min(SLOTS - 1) {
+                    owners[usize::from(s)] = n.port;
+                }
+            }
+        }
+        match owners.iter().position(|&p| p == 0) {
+            Some(s) => Err(format!("slot {s} has no live master")),
+            None => Ok(owners),
+        }
     }
 
     fn log_tail(&self, port: u16) -> String {
@@ -354,6 +368,15 @@ impl RedisCluster {
             10,
         )
     }
+}
+
+/// A key of the harness's own (`harness:probe:{n}`) in a slot `master` serves.
+fn probe_key(owners: &[u16], master: u16) -> Option<String> {
+    (0..100_000u32)
+        .map(|n| format!("harness:probe:{{{n}}}"))
+        .find(|k| {
+            owners.get(usize::from(adapter_redis::keys::hash_slot(k.as_bytes()))) == Some(&master)
+        })
 }
 
 fn spawn(port: u16, bus: u16, dir: &Path) -> Result<Node, String> {

@@ -3,9 +3,10 @@
 //! time and subject, so the test can measure the outage, check what was answered meanwhile,
 //! and count over-admission per key.
 //!
-//! Over-admission is measured with a policy that never refills during the run (a fixed
-//! window of an hour): each subject may be admitted `limit` times in all, so anything beyond
-//! that was admitted on state the fault lost.
+//! Over-admission is measured with a policy that never refills during the run (a token
+//! bucket refilling its capacity over a day; not a fixed window, which rolls over at its
+//! boundary): each subject may be admitted `limit` times in all, so anything beyond that was
+//! admitted on state the fault lost.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -56,6 +57,9 @@ pub struct Load {
     started: Instant,
     stop: Arc<AtomicBool>,
     allowed: Arc<AtomicU64>,
+    /// Per subject, when (ms on the load's clock, plus one) a request that got a denial
+    /// started; 0 for never.
+    last_denied: Arc<Vec<AtomicU64>>,
     workers: Vec<tokio::task::JoinHandle<Vec<Record>>>,
 }
 
@@ -72,10 +76,13 @@ impl Load {
         let started = Instant::now();
         let stop = Arc::new(AtomicBool::new(false));
         let allowed = Arc::new(AtomicU64::new(0));
+        let last_denied: Arc<Vec<AtomicU64>> =
+            Arc::new((0..subjects.len()).map(|_| AtomicU64::new(0)).collect());
         let workers = (0..concurrency)
             .map(|w| {
                 let (port, policy, subjects) = (port.clone(), policy.clone(), subjects.clone());
                 let (stop, allowed) = (stop.clone(), allowed.clone());
+                let last_denied = last_denied.clone();
                 tokio::spawn(async move {
                     let mut records = Vec::new();
                     let mut i = w * 7919;
@@ -97,6 +104,10 @@ impl Load {
                         if answer == Answer::Allowed {
                             allowed.fetch_add(1, Ordering::Relaxed);
                         }
+                        if answer == Answer::Denied {
+                            let ms = u64::try_from(at.as_millis()).unwrap_or(u64::MAX);
+                            last_denied[subject].fetch_max(ms + 1, Ordering::Relaxed);
+                        }
                         if !answer.is_decision() {
                             // A failing provider answers at once; do not spin on it.
                             tokio::time::sleep(Duration::from_millis(5)).await;
@@ -115,6 +126,7 @@ impl Load {
             started,
             stop,
             allowed,
+            last_denied,
             workers,
         }
     }
@@ -142,6 +154,34 @@ impl Load {
                 self.allowed()
             );
             tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+    }
+
+    /// Waits until every subject for which `watched` holds got a denial for a request started
+    /// at or after `since` (its quota is used up), at most `timeout`.
+    ///
+    /// # Panics
+    /// When that takes longer than `timeout`.
+    pub async fn wait_exhausted(
+        &self,
+        since: Duration,
+        watched: impl Fn(usize) -> bool,
+        timeout: Duration,
+    ) {
+        let since = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
+        let end = Instant::now() + timeout;
+        loop {
+            let left = (0..self.last_denied.len())
+                .filter(|&s| watched(s) && self.last_denied[s].load(Ordering::Relaxed) <= since)
+                .count();
+            if left == 0 {
+                return;
+            }
+            assert!(
+                Instant::now() < end,
+                "{left} subjects not denied since {since} ms within {timeout:?}"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
 

@@ -95,6 +95,41 @@ pub fn poll_until<T>(
     }
 }
 
+/// Ok when the master at `url` streams its writes to `replicas` replicas: a write and its
+/// undo (`SET key`, `DEL key`; `key` must belong to that master, and is gone afterwards),
+/// then `WAIT` for their acknowledgement. A replica whose link is "up" may still not receive
+/// the stream: after a diskless full sync the master sends it nothing until the replica's
+/// first `REPLCONF ACK`, up to a second later, and a master killed in that second loses
+/// everything written since. Topologies are "ready" only past that.
+pub fn replicas_streaming(url: &str, key: &str, replicas: usize) -> Result<(), String> {
+    let client = redis::Client::open(url).map_err(|e| format!("{url}: {e}"))?;
+    let mut con = client
+        .get_connection_with_timeout(CONNECT_TIMEOUT)
+        .map_err(|e| format!("{url}: {e}"))?;
+    con.set_read_timeout(Some(REPLY_TIMEOUT))
+        .map_err(|e| format!("{url}: {e}"))?;
+    let (acked,): (i64,) = redis::pipe()
+        .cmd("SET")
+        .arg(key)
+        .arg("1")
+        .ignore()
+        .cmd("DEL")
+        .arg(key)
+        .ignore()
+        .cmd("WAIT")
+        .arg(replicas)
+        .arg(100)
+        .query(&mut con)
+        .map_err(|e| format!("{url}: write + WAIT: {e}"))?;
+    if usize::try_from(acked).unwrap_or(0) >= replicas {
+        Ok(())
+    } else {
+        Err(format!(
+            "{url}: {acked} of {replicas} replicas acknowledged a write (not streaming yet)"
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

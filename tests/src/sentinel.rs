@@ -1,5 +1,6 @@
-//! A private Redis Sentinel topology per test group: one master, one replica and three
-//! sentinels (quorum 2), all on free loopback ports, no persistence.
+//! A private Redis Sentinel topology per test group: one master, one replica (or more, see
+//! [`SentinelOptions::replicas`]) and three sentinels (quorum 2), all on free loopback ports,
+//! no persistence.
 //!
 //! Failover tests need a real Sentinel to decide, not a simulation: the provider must resolve
 //! the master through Sentinel, ride out the ~2-3 s without a writable master, and never
@@ -46,6 +47,7 @@ pub struct SentinelOptions {
     data_args: Vec<String>,
     password: Option<String>,
     fast_timers: bool,
+    replicas: usize,
 }
 
 impl Default for SentinelOptions {
@@ -54,6 +56,7 @@ impl Default for SentinelOptions {
             data_args: Vec::new(),
             password: None,
             fast_timers: true,
+            replicas: 1,
         }
     }
 }
@@ -75,6 +78,12 @@ impl SentinelOptions {
     /// the password, `masterauth` and `sentinel auth-pass`); the sentinels stay open.
     pub fn password(mut self, password: &str) -> Self {
         self.password = Some(password.to_owned());
+        self
+    }
+
+    /// Replicas of the master (default 1, at least 1).
+    pub fn replicas(mut self, n: usize) -> Self {
+        self.replicas = n.max(1);
         self
     }
 
@@ -131,20 +140,25 @@ impl RedisSentinel {
 
     fn try_start(options: SentinelOptions, deadline: Instant) -> Result<Self, String> {
         let dir = tempfile::tempdir().map_err(|e| format!("no temporary directory: {e}"))?;
-        let ports = free_ports(2 + SENTINELS);
+        let replicas = options.replicas;
+        let ports = free_ports(1 + replicas + SENTINELS);
         let mut topology = RedisSentinel {
             options,
             data: Vec::new(),
             sentinels: Vec::new(),
             dir,
         };
-        let (master, replica) = (ports[0], ports[1]);
+        let master = ports[0];
         topology.spawn_data(master, &[])?;
-        topology.spawn_data(replica, &["--replicaof", "127.0.0.1", &master.to_string()])?;
-        // Sentinels discover replicas from the master's INFO: link the replica first, so the
-        // very first INFO lists it.
-        poll_until(deadline, || topology.replica_linked(replica, master))?;
-        for &port in &ports[2..] {
+        for &replica in &ports[1..=replicas] {
+            topology.spawn_data(replica, &["--replicaof", "127.0.0.1", &master.to_string()])?;
+        }
+        // Sentinels discover replicas from the master's INFO: link the replicas first, so the
+        // very first INFO lists them.
+        for &replica in &ports[1..=replicas] {
+            poll_until(deadline, || topology.replica_linked(replica, master))?;
+        }
+        for &port in &ports[1 + replicas..] {
             topology.spawn_sentinel(port, master)?;
         }
         poll_until(deadline, || topology.ready())?;
@@ -511,7 +525,11 @@ impl RedisSentinel {
         for node in self.data.iter().filter(|n| n.port != master) {
             self.replica_linked(node.port, master)?;
         }
-        Ok(())
+        probe::replicas_streaming(
+            &self.data_url(master),
+            "harness:replication-probe",
+            replicas,
+        )
     }
 
     /// What each sentinel and data node says right now, for panic messages.

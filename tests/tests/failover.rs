@@ -5,8 +5,10 @@
 //! - the outage: from the kill until the first decision after the last failure;
 //! - what was answered meanwhile: only `Unavailable`/`Indeterminate` or decisions, never
 //!   `Incompatible`, and never an allow the provider did not read from a reply;
-//! - over-admission per key (a fixed window of an hour: each subject may be admitted `LIMIT`
-//!   times in all), with and without `min_replicas_ack`.
+//! - over-admission per key (a token bucket of `LIMIT` refilling `LIMIT` per day: no whole
+//!   token comes back during a run, so each subject may be admitted `LIMIT` times in all; a
+//!   fixed window would roll over at the top of the hour and admit everything again), with
+//!   and without `min_replicas_ack`.
 //!
 //! Two faults. `Kill`: the master is SIGKILLed. On loopback its replicas are microseconds
 //! behind, so this loses (next to) nothing. `LagThenKill` makes the replicas lag first, as a
@@ -29,7 +31,7 @@ use std::time::{Duration, Instant};
 use acceptance_tests::cluster::RedisCluster;
 use acceptance_tests::conformance;
 use acceptance_tests::failover::{Answer, Load, Record, Summary, summarize};
-use acceptance_tests::sentinel::RedisSentinel;
+use acceptance_tests::sentinel::{RedisSentinel, SentinelOptions};
 use adapter_redis::keys::hash_slot;
 use adapter_redis::{RedisProvider, RedisSettings};
 use shared_contract::{
@@ -72,10 +74,10 @@ async fn lag(master: redis::Connection, pause: impl Fn()) {
 
 fn policies() -> PolicySet {
     conformance::policy_set(vec![conformance::policy(
-        AlgorithmKind::FixedWindow,
+        AlgorithmKind::TokenBucket,
         1,
         LIMIT,
-        3_600_000,
+        86_400_000,
         1,
     )])
 }
@@ -88,29 +90,29 @@ fn subjects() -> Arc<Vec<SubjectDigest>> {
     )
 }
 
-/// Evaluates `subject` until a decision comes back (recovery seen from outside the load).
-async fn wait_for_decision(
-    port: &dyn EdgeRateLimitPort,
-    policy: &PolicyId,
-    subject: SubjectDigest,
-    timeout: Duration,
-) {
+/// Evaluates fresh subjects (outside the load's) until one is allowed: recovery seen from
+/// outside the load. An allow, not any decision: with `min_replicas_ack` a decision may come
+/// back before the new master's replicas acknowledge again.
+async fn wait_for_allow(port: &dyn EdgeRateLimitPort, policy: &PolicyId, timeout: Duration) {
     let end = Instant::now() + timeout;
     loop {
         let outcome = port
             .evaluate(RateLimitRequest {
                 policy_id: policy.clone(),
-                subject,
+                subject: conformance::fresh_subject(),
                 cost: Cost::ONE,
                 evaluation_id: None,
                 deadline: Deadline::within(Duration::from_secs(2)).expect("deadline"),
             })
             .await
             .expect("a valid request");
-        if matches!(outcome, RateLimitOutcome::Evaluated(_)) {
+        if matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed) {
             return;
         }
-        assert!(Instant::now() < end, "no decision within {timeout:?}");
+        assert!(
+            Instant::now() < end,
+            "no allow within {timeout:?}: {outcome:?}"
+        );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
 }
@@ -119,7 +121,19 @@ async fn wait_for_decision(
 /// subject's quota after the outage (so over-admission was really measured).
 fn check(summary: &Summary, records: &[Record], fault: Duration, watched: &[usize]) {
     assert_eq!(summary.incompatible, 0, "{summary}");
-    let outage = summary.outage.expect("the fault caused failures");
+    let outage = summary.outage.unwrap_or_else(|| {
+        let failures: Vec<(u128, Answer)> = records
+            .iter()
+            .filter(|r| r.at >= fault && !r.answer.is_decision())
+            .map(|r| ((r.at - fault).as_millis(), r.answer))
+            .collect();
+        panic!(
+            "no decision after the last failure: {summary}; run ends {:?} after the fault; \
+             failures after the fault (ms, answer), last 10: {:?}",
+            records.last().map(|r| r.at.saturating_sub(fault)),
+            &failures[failures.len().saturating_sub(10)..]
+        )
+    });
     assert!(outage < Duration::from_secs(20), "{summary}");
     let recovered = fault + outage;
     for &s in watched {
@@ -194,15 +208,10 @@ async fn cluster_failover(
         }
         cluster.wait_for_failover(slots[0], Duration::from_secs(30));
     });
-    wait_for_decision(
-        provider.as_ref(),
-        &policy,
-        subjects[watched[0]],
-        Duration::from_secs(20),
-    )
-    .await;
-    // Long enough to use up every quota left.
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    wait_for_allow(provider.as_ref(), &policy, Duration::from_secs(20)).await;
+    // Until every quota left is used up.
+    load.wait_exhausted(load.elapsed(), |i| hit[i], Duration::from_secs(30))
+        .await;
     let records = load.stop().await;
     let on_victim = summarize(&records, fault, LIMIT, SUBJECTS, |i| hit[i]);
     let elsewhere = summarize(&records, fault, LIMIT, SUBJECTS, |i| !hit[i]);
@@ -250,12 +259,13 @@ async fn cluster_lagging_replica_with_replica_acks_over_admits_nothing() {
     assert_eq!(others.over_admitted, 0, "{others}");
 }
 
-/// Master, one replica, three sentinels: the master is killed, Sentinel promotes the replica,
-/// and the old master is started again (empty: it must never be written to, or counts would
-/// restart) until Sentinel makes it a replica of the new master.
-async fn sentinel_failover(min_replicas_ack: u32, fault_kind: Fault) -> Summary {
+/// Master, `replicas` replicas, three sentinels: the master is killed and Sentinel promotes a
+/// replica.
+async fn sentinel_failover(replicas: usize, min_replicas_ack: u32, fault_kind: Fault) -> Summary {
     let _one = ONE_AT_A_TIME.lock().await;
-    let mut topology = tokio::task::block_in_place(RedisSentinel::start);
+    let mut topology = tokio::task::block_in_place(|| {
+        RedisSentinel::start_with(SentinelOptions::new().replicas(replicas))
+    });
     let policies = policies();
     let policy = policies.default_id().clone();
     let mut settings = RedisSettings::sentinel(topology.master_name(), topology.sentinel_urls());
@@ -278,29 +288,30 @@ async fn sentinel_failover(min_replicas_ack: u32, fault_kind: Fault) -> Summary 
         .await;
     let fault = load.elapsed();
     let master = topology.master_port();
-    let replica = *topology
+    let replica_ports: Vec<u16> = topology
         .data_ports()
-        .iter()
-        .find(|&&p| p != master)
-        .expect("a replica");
+        .into_iter()
+        .filter(|&p| p != master)
+        .collect();
     if fault_kind == Fault::LagThenKill {
-        lag(topology.connection(master), || topology.pause_node(replica)).await;
+        lag(topology.connection(master), || {
+            for &r in &replica_ports {
+                topology.pause_node(r);
+            }
+        })
+        .await;
     }
     tokio::task::block_in_place(|| {
         let old = topology.kill_master();
-        topology.resume_node(replica);
+        for &r in &replica_ports {
+            topology.resume_node(r);
+        }
         topology.wait_for_failover(old, Duration::from_secs(30));
-        topology.restart_node(old);
-        topology.wait_until_replica(old, Duration::from_secs(30));
     });
-    wait_for_decision(
-        provider.as_ref(),
-        &policy,
-        subjects[0],
-        Duration::from_secs(20),
-    )
-    .await;
-    tokio::time::sleep(Duration::from_millis(2000)).await;
+    wait_for_allow(provider.as_ref(), &policy, Duration::from_secs(20)).await;
+    // Until every quota left is used up.
+    load.wait_exhausted(load.elapsed(), |_| true, Duration::from_secs(30))
+        .await;
     let records = load.stop().await;
     let summary = summarize(&records, fault, LIMIT, SUBJECTS, |_| true);
     let all: Vec<usize> = (0..SUBJECTS).collect();
@@ -310,14 +321,14 @@ async fn sentinel_failover(min_replicas_ack: u32, fault_kind: Fault) -> Summary 
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_master_killed_under_load() {
-    let summary = sentinel_failover(0, Fault::Kill).await;
+    let summary = sentinel_failover(1, 0, Fault::Kill).await;
     println!("sentinel, master killed: {summary}");
     assert!(summary.over_admitted <= CONCURRENCY as u64, "{summary}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_lagging_replica_loses_admissions_without_replica_acks() {
-    let summary = sentinel_failover(0, Fault::LagThenKill).await;
+    let summary = sentinel_failover(1, 0, Fault::LagThenKill).await;
     println!(
         "sentinel, replica lagging {LAG:?} then master killed, min_replicas_ack = 0: {summary}"
     );
@@ -329,9 +340,9 @@ async fn sentinel_lagging_replica_loses_admissions_without_replica_acks() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sentinel_lagging_replica_with_replica_acks_over_admits_nothing() {
-    // One replica: after the failover the new master has none until the old master returns
-    // as its replica, and until then every allow is Indeterminate (fail closed).
-    let summary = sentinel_failover(1, Fault::LagThenKill).await;
+    // Two replicas: after the failover the new master still has one to acknowledge (with
+    // one, every allow would stay Indeterminate until a replica returns).
+    let summary = sentinel_failover(2, 1, Fault::LagThenKill).await;
     println!(
         "sentinel, replica lagging {LAG:?} then master killed, min_replicas_ack = 1: {summary}"
     );
