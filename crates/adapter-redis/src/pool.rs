@@ -171,11 +171,14 @@ impl Pool {
     ///
     /// # Errors
     /// What the failure means for the state ([`Failure`]); never `NoScript`.
+    /// With `min_replicas_ack`, only a reply for which `needs_ack` holds waits for the
+    /// replicas (a denial wrote nothing worth waiting for).
     pub(crate) async fn run_script(
         &self,
         script: (&str, &str, &str),
         slot: u16,
         build: &(dyn Fn(&str, &str) -> Cmd + Sync),
+        needs_ack: &(dyn Fn(&Value) -> bool + Sync),
         timeout: Duration,
     ) -> Result<Reply, Failure> {
         let (name, source, sha1) = script;
@@ -190,7 +193,8 @@ impl Pool {
             } else {
                 build("EVALSHA", sha1)
             };
-            let sent = tokio::time::timeout_at(deadline, self.send(&link, &cmd, asking)).await;
+            let sent =
+                tokio::time::timeout_at(deadline, self.send(&link, &cmd, asking, needs_ack)).await;
             let (first, replicas_acked) = match sent {
                 Err(_elapsed) => {
                     link.timed_out();
@@ -260,6 +264,7 @@ impl Pool {
         link: &Link,
         cmd: &Cmd,
         asking: bool,
+        needs_ack: &(dyn Fn(&Value) -> bool + Sync),
     ) -> RedisResult<(Value, Option<u64>)> {
         let mut conn = link.conn.clone();
         let value = if asking {
@@ -272,7 +277,9 @@ impl Pool {
         };
         let acked = match self.wait {
             // An error reply wrote nothing to wait for.
-            Some((replicas, ms)) if !matches!(value, Value::ServerError(_)) => {
+            Some((replicas, ms))
+                if !matches!(value, Value::ServerError(_)) && needs_ack(&value) =>
+            {
                 Some(link.replicas_acked(replicas, ms).await)
             }
             _ => None,

@@ -37,7 +37,7 @@
 //! commit: one `WAIT` covers all writes its connection made before it). An allow whose writes fewer than `n` replicas acknowledged is reported
 //! `Indeterminate` (it consumed quota on the master, but a failover now could lose that, and
 //! an allow that may be forgotten is exactly the over-admission this setting exists to
-//! prevent). A denial consumed nothing, so it stands.
+//! prevent). A denial consumed nothing, so it stands, and does not wait for the replicas.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -682,6 +682,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 (plan.program.name, plan.program.source, plan.program.sha1()),
                 slot,
                 &build,
+                &reply::is_allowed,
                 timeout,
             )
             .await

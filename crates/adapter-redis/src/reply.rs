@@ -135,6 +135,20 @@ pub(crate) fn number(v: &Value) -> Result<u64, &'static str> {
 /// # Errors
 /// [`ReplyError`] for anything but exactly seven fields with a known status and six
 /// integers in `0..=2^53-1`.
+/// Whether `value` is an `ALLOWED` reply (the only one that consumed quota, so the only one
+/// whose writes `min_replicas_ack` waits for). Cheap: looks at the status field only; the
+/// full check is [`parse`].
+pub fn is_allowed(value: &Value) -> bool {
+    match value {
+        Value::Array(fields) => match fields.first() {
+            Some(Value::BulkString(b)) => b.as_slice() == b"ALLOWED",
+            Some(Value::SimpleString(s)) => s == "ALLOWED",
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
     let fields = match value {
         Value::Array(fields) => fields,
@@ -479,6 +493,15 @@ mod tests {
                 incompatible(IncompatibleCategory::Reply),
                 "{nums:?}"
             );
+        }
+    }
+
+    #[test]
+    fn only_an_allowed_status_asks_for_replica_acks() {
+        assert!(is_allowed(&reply("ALLOWED", [NOW, NOW, 100, 99, 0, NOW + 100])));
+        assert!(!is_allowed(&reply("DENIED", [NOW, NOW, 100, 0, 10, NOW + 100])));
+        for v in [Value::Nil, bulk("ALLOWED"), Value::Array(vec![])] {
+            assert!(!is_allowed(&v), "{v:?}");
         }
     }
 }

@@ -229,7 +229,13 @@ impl Shared {
         let script = (program.name, program.source, program.sha1());
         match self
             .pool
-            .run_script(script, plan.slot, &build, timeout)
+            .run_script(
+                script,
+                plan.slot,
+                &build,
+                &|_| effect == Effect::Write,
+                timeout,
+            )
             .await
         {
             // With `min_replicas_ack`, a write the replicas did not acknowledge may be lost
