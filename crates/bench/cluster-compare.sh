@@ -46,17 +46,33 @@ i=0; until redis-cli -p $((BASE + 1)) cluster info | grep -q 'cluster_state:ok';
 done
 sleep 1
 
+# CPU seconds (user + system) of every redis-server this script started.
+redis_cpu() {
+  t=0
+  for f in "$DIR"/*.pid; do
+    [ -f "$f" ] || continue
+    t=$(awk -v t="$t" '{print t + $14 + $15}' "/proc/$(cat "$f")/stat" 2>/dev/null || echo "$t")
+  done
+  echo "$t"
+}
 run() { # label args...
   label=$1; shift
-  "$BIN" --provider redis --algorithm token_bucket --keys 1000000 --concurrency 64 \
-    --duration "${SECS}s" --json "$@" | python3 -c '
+  r0=$(redis_cpu)
+  /usr/bin/time -f "%U %S" -o "$DIR/bench.time" "$BIN" --provider redis --algorithm token_bucket \
+    --keys 1000000 --concurrency 64 --duration "${SECS}s" --json "$@" >"$DIR/bench.json"
+  r1=$(redis_cpu)
+  python3 - "$label" "$r0" "$r1" "$(getconf CLK_TCK)" "$SECS" "$DIR/bench.json" "$DIR/bench.time" <<'PY'
 import json, sys
-j = json.load(sys.stdin); label = sys.argv[1]
-print("| %s | %.0f | %.0f | %.0f | %d |" % (label, j["decisions_per_s"], j["p50_us"], j["p99_us"], j["errors"]))' "$label"
+label, r0, r1, tick, secs, jf, tf = sys.argv[1:]
+j = json.load(open(jf)); u, s = map(float, open(tf).read().split())
+redis = (float(r1) - float(r0)) / float(tick) / float(secs)
+bench = (u + s) / float(secs)
+print("| %s | %.0f | %.0f | %.0f | %d | %.2f | %.2f |" % (label, j["decisions_per_s"], j["p50_us"], j["p99_us"], j["errors"], redis, bench))
+PY
 }
 echo "# token_bucket, 1,000,000 keys, concurrency 64, ${SECS}s per run, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg), cluster 3 masters x $REPLICAS replicas"
-echo "| run | decisions/s | p50 us | p99 us | errors |"
-echo "| --- | ---: | ---: | ---: | ---: |"
+echo "| run | decisions/s | p50 us | p99 us | errors | Redis cores busy | rl-bench cores busy |"
+echo "| --- | ---: | ---: | ---: | ---: | ---: | ---: |"
 r=1; while [ $r -le "$ROUNDS" ]; do
   run "standalone" --redis-url "redis://127.0.0.1:$BASE/0"
   run "cluster (1 connection per master)" --topology cluster --redis-url "$SEEDS"
