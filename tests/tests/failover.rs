@@ -146,6 +146,61 @@ fn check(summary: &Summary, records: &[Record], fault: Duration, watched: &[usiz
     }
 }
 
+/// One provider under load: its policy, the subjects, the load, and when the fault came.
+struct Run {
+    provider: Arc<RedisProvider>,
+    policy: PolicyId,
+    subjects: Arc<Vec<SubjectDigest>>,
+    load: Load,
+}
+
+impl Run {
+    /// A provider on `settings` (with this file's timeout and `min_replicas_ack`) under load,
+    /// once a third of the quota is used.
+    async fn start(mut settings: RedisSettings, min_replicas_ack: u32) -> Self {
+        settings.command_timeout = COMMAND_TIMEOUT;
+        settings.min_replicas_ack = min_replicas_ack;
+        let policies = policies();
+        let policy = policies.default_id().clone();
+        let provider = Arc::new(
+            RedisProvider::connect(settings, policies)
+                .await
+                .expect("valid settings"),
+        );
+        let subjects = subjects();
+        let load = Load::start(
+            provider.clone(),
+            policy.clone(),
+            subjects.clone(),
+            CONCURRENCY,
+            Duration::from_secs(2),
+        );
+        load.wait_allowed(LIMIT * SUBJECTS as u64 / 3, Duration::from_secs(30))
+            .await;
+        Self {
+            provider,
+            policy,
+            subjects,
+            load,
+        }
+    }
+
+    /// After the fault: waits for an allow, then until every watched subject's quota is used
+    /// up; every record.
+    async fn finish(self, watched: impl Fn(usize) -> bool) -> Vec<Record> {
+        wait_for_allow(
+            self.provider.as_ref(),
+            &self.policy,
+            Duration::from_secs(20),
+        )
+        .await;
+        self.load
+            .wait_exhausted(self.load.elapsed(), watched, Duration::from_secs(30))
+            .await;
+        self.load.stop().await
+    }
+}
+
 /// A 3-master cluster with `replicas` replicas each; kills the master of a third of the
 /// subjects.
 async fn cluster_failover(
@@ -155,21 +210,15 @@ async fn cluster_failover(
 ) -> (Summary, Summary) {
     let _one = ONE_AT_A_TIME.lock().await;
     let mut cluster = tokio::task::block_in_place(|| RedisCluster::start(3, replicas));
-    let policies = policies();
-    let policy = policies.default_id().clone();
-    let mut settings = RedisSettings::cluster(cluster.urls());
-    settings.command_timeout = COMMAND_TIMEOUT;
-    settings.min_replicas_ack = min_replicas_ack;
-    let provider = Arc::new(
-        RedisProvider::connect(settings, policies)
-            .await
-            .expect("valid settings"),
-    );
-    let subjects = subjects();
-    let slots: Vec<u16> = subjects
+    let run = Run::start(RedisSettings::cluster(cluster.urls()), min_replicas_ack).await;
+    let slots: Vec<u16> = run
+        .subjects
         .iter()
         .map(|s| {
-            let key = provider.state_key(&policy, s).expect("known policy");
+            let key = run
+                .provider
+                .state_key(&run.policy, s)
+                .expect("known policy");
             hash_slot(key.as_bytes())
         })
         .collect();
@@ -180,18 +229,7 @@ async fn cluster_failover(
         .map(|&s| owners[usize::from(s)] == victim)
         .collect();
     let watched: Vec<usize> = (0..SUBJECTS).filter(|&i| hit[i]).collect();
-
-    let load = Load::start(
-        provider.clone(),
-        policy.clone(),
-        subjects.clone(),
-        CONCURRENCY,
-        Duration::from_secs(2),
-    );
-    // About a third of the quota is used before the kill.
-    load.wait_allowed(LIMIT * SUBJECTS as u64 / 3, Duration::from_secs(30))
-        .await;
-    let fault = load.elapsed();
+    let fault = run.load.elapsed();
     let victims_replicas = cluster.replicas_of(victim);
     if fault_kind == Fault::LagThenKill {
         lag(cluster.connection(victim), || {
@@ -208,11 +246,7 @@ async fn cluster_failover(
         }
         cluster.wait_for_failover(slots[0], Duration::from_secs(30));
     });
-    wait_for_allow(provider.as_ref(), &policy, Duration::from_secs(20)).await;
-    // Until every quota left is used up.
-    load.wait_exhausted(load.elapsed(), |i| hit[i], Duration::from_secs(30))
-        .await;
-    let records = load.stop().await;
+    let records = run.finish(|i| hit[i]).await;
     let on_victim = summarize(&records, fault, LIMIT, SUBJECTS, |i| hit[i]);
     let elsewhere = summarize(&records, fault, LIMIT, SUBJECTS, |i| !hit[i]);
     check(&on_victim, &records, fault, &watched);
@@ -266,27 +300,12 @@ async fn sentinel_failover(replicas: usize, min_replicas_ack: u32, fault_kind: F
     let mut topology = tokio::task::block_in_place(|| {
         RedisSentinel::start_with(SentinelOptions::new().replicas(replicas))
     });
-    let policies = policies();
-    let policy = policies.default_id().clone();
-    let mut settings = RedisSettings::sentinel(topology.master_name(), topology.sentinel_urls());
-    settings.command_timeout = COMMAND_TIMEOUT;
-    settings.min_replicas_ack = min_replicas_ack;
-    let provider = Arc::new(
-        RedisProvider::connect(settings, policies)
-            .await
-            .expect("valid settings"),
-    );
-    let subjects = subjects();
-    let load = Load::start(
-        provider.clone(),
-        policy.clone(),
-        subjects.clone(),
-        CONCURRENCY,
-        Duration::from_secs(2),
-    );
-    load.wait_allowed(LIMIT * SUBJECTS as u64 / 3, Duration::from_secs(30))
-        .await;
-    let fault = load.elapsed();
+    let run = Run::start(
+        RedisSettings::sentinel(topology.master_name(), topology.sentinel_urls()),
+        min_replicas_ack,
+    )
+    .await;
+    let fault = run.load.elapsed();
     let master = topology.master_port();
     let replica_ports: Vec<u16> = topology
         .data_ports()
@@ -308,11 +327,7 @@ async fn sentinel_failover(replicas: usize, min_replicas_ack: u32, fault_kind: F
         }
         topology.wait_for_failover(old, Duration::from_secs(30));
     });
-    wait_for_allow(provider.as_ref(), &policy, Duration::from_secs(20)).await;
-    // Until every quota left is used up.
-    load.wait_exhausted(load.elapsed(), |_| true, Duration::from_secs(30))
-        .await;
-    let records = load.stop().await;
+    let records = run.finish(|_| true).await;
     let summary = summarize(&records, fault, LIMIT, SUBJECTS, |_| true);
     let all: Vec<usize> = (0..SUBJECTS).collect();
     check(&summary, &records, fault, &all);

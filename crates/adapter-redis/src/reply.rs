@@ -498,8 +498,14 @@ mod tests {
 
     #[test]
     fn only_an_allowed_status_asks_for_replica_acks() {
-        assert!(is_allowed(&reply("ALLOWED", [NOW, NOW, 100, 99, 0, NOW + 100])));
-        assert!(!is_allowed(&reply("DENIED", [NOW, NOW, 100, 0, 10, NOW + 100])));
+        assert!(is_allowed(&reply(
+            "ALLOWED",
+            [NOW, NOW, 100, 99, 0, NOW + 100]
+        )));
+        assert!(!is_allowed(&reply(
+            "DENIED",
+            [NOW, NOW, 100, 0, 10, NOW + 100]
+        )));
         for v in [Value::Nil, bulk("ALLOWED"), Value::Array(vec![])] {
             assert!(!is_allowed(&v), "{v:?}");
         }
