@@ -26,8 +26,10 @@ start() { # port [args...]
 }
 start $M
 start $R --replicaof 127.0.0.1 $M
-i=0; until redis-cli -p $R info replication | grep -q 'master_link_status:up'; do
-  i=$((i+1)); [ $i -gt 200 ] && { echo "replica not linked" >&2; exit 1; }; sleep 0.05
+# Linked is not enough: after a diskless sync the master streams to the replica only after
+# its first acknowledgement. Wait until a write is acknowledged.
+i=0; until [ "$(printf 'SET bench:probe 1\nDEL bench:probe\nWAIT 1 100\n' | redis-cli -p $M | tail -1)" = 1 ]; do
+  i=$((i+1)); [ $i -gt 100 ] && { echo "replica not streaming" >&2; exit 1; }; sleep 0.05
 done
 run() { # label concurrency connections acks
   "$BIN" --provider redis --redis-url "redis://127.0.0.1:$M/0" --algorithm token_bucket \

@@ -740,16 +740,13 @@ async fn min_replicas_ack_reports_unacknowledged_allows_as_indeterminate_and_kee
     // sharing one connection (one WAIT covers each group of calls).
     let _replica =
         RedisServer::start_with(&["--replicaof", "127.0.0.1", &master.port().to_string()]);
+    // Linked is not enough: after a diskless sync the master streams to the replica only
+    // after its first acknowledgement (probe::replicas_streaming).
     let deadline = Instant::now() + Duration::from_secs(10);
-    loop {
-        let info: String = redis::cmd("INFO")
-            .arg("replication")
-            .query(&mut master.connection())
-            .expect("INFO");
-        if info.contains("connected_slaves:1") && info.contains("state=online") {
-            break;
-        }
-        assert!(Instant::now() < deadline, "replica never linked:\n{info}");
+    while let Err(why) =
+        acceptance_tests::probe::replicas_streaming(master.url(), "harness:replication-probe", 1)
+    {
+        assert!(Instant::now() < deadline, "replica never streaming: {why}");
         std::thread::sleep(Duration::from_millis(20));
     }
     let wide = policy("acked-wide", AlgorithmKind::FixedWindow, 1, 100);

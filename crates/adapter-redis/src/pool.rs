@@ -128,13 +128,7 @@ impl Pool {
     /// A live connection for a call on `slot` (the slot matters only on a cluster).
     pub(crate) fn pick(&self, slot: u16) -> Pick {
         match &self.topology {
-            Topology::Single { nodes, monitor } => {
-                let pick = nodes.pick();
-                if let (Pick::Down(_), Some(m)) = (&pick, monitor) {
-                    m.nudge();
-                }
-                pick
-            }
+            Topology::Single { nodes, .. } => nodes.pick(),
             Topology::Cluster(cluster) => cluster.pick(slot),
         }
     }
@@ -202,7 +196,7 @@ impl Pool {
                 }
                 Ok(Err(e)) => {
                     link.replied();
-                    return Err(self.after_dispatch(&e));
+                    return Err(dispatch_failure(&e));
                 }
                 Ok(Ok(values)) => {
                     link.replied();
@@ -333,14 +327,6 @@ impl Pool {
             Pick::Incompatible(_) => Err(Failure::Incompatible(IncompatibleCategory::Program)),
         }
     }
-
-    fn after_dispatch(&self, e: &redis::RedisError) -> Failure {
-        let f = failure::after_dispatch(e);
-        if f == Failure::Indeterminate {
-            tracing::debug!(error = %e, "command failed after dispatch");
-        }
-        f
-    }
 }
 
 /// `MOVED`/`ASK` details: `<slot> <host>:<port>` (an IPv6 host keeps its colons).
@@ -357,14 +343,17 @@ pub(crate) fn classify(result: RedisResult<Value>) -> Result<Value, Failure> {
     match result {
         Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
         Ok(value) => Ok(value),
-        Err(e) => {
-            let f = failure::after_dispatch(&e);
-            if f == Failure::Indeterminate {
-                tracing::debug!(error = %e, "command failed after dispatch");
-            }
-            Err(f)
-        }
+        Err(e) => Err(dispatch_failure(&e)),
     }
+}
+
+/// What a driver error for a dispatched command means.
+fn dispatch_failure(e: &redis::RedisError) -> Failure {
+    let f = failure::after_dispatch(e);
+    if f == Failure::Indeterminate {
+        tracing::debug!(error = %e, "command failed after dispatch");
+    }
+    f
 }
 
 #[cfg(test)]
