@@ -16,26 +16,15 @@ REPLICAS=${3:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p bench" >&2; exit 2; }
-DIR=$(mktemp -d)
+. "$ROOT/crates/bench/redis-servers.sh"
 BASE=17400
 NODES=$((3 * (1 + REPLICAS)))
-cleanup() {
-  for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
-  sleep 0.2; rm -rf "$DIR"
-}
-trap cleanup EXIT
-start() { # port [args...]
-  p=$1; shift
-  redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    --logfile "$DIR/$p.log" --pidfile "$DIR/$p.pid" --daemonize yes "$@"
-  i=0; until redis-cli -p "$p" ping >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done
-}
-start $BASE
+start_redis $BASE
 ADDRS=""
 SEEDS=""
 n=1; while [ $n -le $NODES ]; do
   p=$((BASE + n))
-  start $p --cluster-enabled yes --cluster-config-file "$DIR/nodes-$p.conf" --cluster-port $((p + 100))
+  start_redis $p --cluster-enabled yes --cluster-config-file "$DIR/nodes-$p.conf" --cluster-port $((p + 100))
   ADDRS="$ADDRS 127.0.0.1:$p"; SEEDS="${SEEDS:+$SEEDS,}redis://127.0.0.1:$p"
   n=$((n + 1))
 done

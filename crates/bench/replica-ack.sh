@@ -11,21 +11,10 @@ ROUNDS=${2:-2}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p bench" >&2; exit 2; }
-DIR=$(mktemp -d)
+. "$ROOT/crates/bench/redis-servers.sh"
 M=17450; R=17451
-cleanup() {
-  for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
-  sleep 0.2; rm -rf "$DIR"
-}
-trap cleanup EXIT
-start() { # port [args...]
-  p=$1; shift
-  redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
-    --repl-diskless-sync-delay 0 --logfile "$DIR/$p.log" --pidfile "$DIR/$p.pid" --daemonize yes "$@"
-  i=0; until redis-cli -p "$p" ping >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done
-}
-start $M
-start $R --replicaof 127.0.0.1 $M
+start_redis $M
+start_redis $R --replicaof 127.0.0.1 $M
 # Linked is not enough: after a diskless sync the master streams to the replica only after
 # its first acknowledgement. Wait until a write is acknowledged.
 i=0; until [ "$(printf 'SET bench:probe 1\nDEL bench:probe\nWAIT 1 100\n' | redis-cli -p $M | tail -1)" = 1 ]; do

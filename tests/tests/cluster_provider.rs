@@ -17,8 +17,8 @@ use adapter_redis::keys::hash_slot;
 use adapter_redis::{RedisProvider, RedisSettings};
 use redis::Value;
 use shared_contract::{
-    AlgorithmKind, Cost, Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome,
-    RateLimitRequest, Readiness, SubjectDigest,
+    AlgorithmKind, Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome, Readiness,
+    SubjectDigest,
 };
 
 /// One cluster for this binary (killed when the binary exits).
@@ -44,16 +44,6 @@ async fn provider(policies: PolicySet) -> RedisProvider {
 mod cluster_conformance {
     use super::*;
     acceptance_tests::conformance_tests!(RedisTarget::new(settings));
-}
-
-fn request(policies: &PolicySet, subject: SubjectDigest) -> RateLimitRequest {
-    RateLimitRequest {
-        policy_id: policies.default_id().clone(),
-        subject,
-        cost: Cost::ONE,
-        evaluation_id: None,
-        deadline: Deadline::within(Duration::from_secs(10)).expect("deadline"),
-    }
 }
 
 fn allowed(outcome: &RateLimitOutcome) -> bool {
@@ -91,20 +81,19 @@ fn key_count(port: u16) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_reach_every_master_and_the_provider_is_ready() {
-    let policies = conformance::policy_set(vec![conformance::policy(
-        AlgorithmKind::TokenBucket,
-        1,
-        10,
-        60_000,
-        1,
-    )]);
+    let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 10, 60_000, 1);
+    let policies = conformance::policy_set(vec![policy.clone()]);
     let p = provider(policies.clone()).await;
     assert_eq!(p.readiness().await, Readiness::Ready);
     let masters = cluster().masters();
     let before: Vec<i64> = masters.iter().map(|&m| key_count(m)).collect();
     for _ in 0..300 {
         let outcome = p
-            .evaluate(request(&policies, conformance::fresh_subject()))
+            .evaluate(conformance::request(
+                &policy,
+                conformance::fresh_subject(),
+                1,
+            ))
             .await
             .expect("valid request");
         assert!(allowed(&outcome));
@@ -137,13 +126,10 @@ fn node_id(port: u16) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_over() {
-    let policies = conformance::policy_set(vec![conformance::policy(
-        AlgorithmKind::FixedWindow,
-        1,
-        5,
-        3_600_000,
-        1,
-    )]);
+    // A token bucket refilling over a day: nothing comes back during the test (a fixed
+    // window would roll over at its boundary).
+    let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 5, 86_400_000, 1);
+    let policies = conformance::policy_set(vec![policy.clone()]);
     let p = provider(policies.clone()).await;
     // A subject with state on its master, and a second subject in the same slot without.
     let first = conformance::fresh_subject();
@@ -160,7 +146,9 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
         .expect("another master");
     for _ in 0..2 {
         assert!(allowed(
-            &p.evaluate(request(&policies, first)).await.expect("valid")
+            &p.evaluate(conformance::request(&policy, first, 1))
+                .await
+                .expect("valid")
         ));
     }
 
@@ -176,11 +164,15 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
         &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id],
     );
     assert!(allowed(
-        &p.evaluate(request(&policies, first)).await.expect("valid")
+        &p.evaluate(conformance::request(&policy, first, 1))
+            .await
+            .expect("valid")
     ));
     // `second` has no key on the source: ASK, and the provider runs it on the target.
     assert!(allowed(
-        &p.evaluate(request(&policies, second)).await.expect("valid")
+        &p.evaluate(conformance::request(&policy, second, 1))
+            .await
+            .expect("valid")
     ));
     // The importing master answers for the slot only after ASKING.
     let on_target: i64 = redis::pipe()
@@ -226,7 +218,9 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
         let mut v = Vec::new();
         for _ in 0..3 {
             v.push(allowed(
-                &p.evaluate(request(&policies, first)).await.expect("valid"),
+                &p.evaluate(conformance::request(&policy, first, 1))
+                    .await
+                    .expect("valid"),
             ));
         }
         v

@@ -19,24 +19,11 @@ use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::{RedisProvider, RedisSettings};
 use app_bootstrap::settings::BreakerSettings;
 use app_bootstrap::{BreakerState, CircuitBreaker};
-use shared_contract::{
-    AlgorithmKind, Cost, Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome,
-    RateLimitRequest, SubjectDigest, UnavailableCategory,
-};
+use shared_contract::{AlgorithmKind, EdgeRateLimitPort, RateLimitOutcome, UnavailableCategory};
 
 const COMMAND_TIMEOUT: Duration = Duration::from_millis(100);
 /// Scheduling slack on two shared cores.
 const SLACK: Duration = Duration::from_millis(150);
-
-fn request(policies: &PolicySet, subject: SubjectDigest) -> RateLimitRequest {
-    RateLimitRequest {
-        policy_id: policies.default_id().clone(),
-        subject,
-        cost: Cost::ONE,
-        evaluation_id: None,
-        deadline: Deadline::within(Duration::from_secs(2)).expect("deadline"),
-    }
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_by_itself() {
@@ -46,13 +33,8 @@ async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_
             .parse()
             .expect("an address"),
     );
-    let policies = conformance::policy_set(vec![conformance::policy(
-        AlgorithmKind::TokenBucket,
-        1,
-        1_000_000,
-        60_000,
-        1,
-    )]);
+    let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 1_000_000, 60_000, 1);
+    let policies = conformance::policy_set(vec![policy.clone()]);
     let mut settings = RedisSettings::new(proxy.url());
     settings.command_timeout = COMMAND_TIMEOUT;
     settings.connect_timeout = Duration::from_millis(300);
@@ -71,7 +53,7 @@ async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_
     let evaluate = || async {
         let started = Instant::now();
         let outcome = breaker
-            .evaluate(request(&policies, subject))
+            .evaluate(conformance::request(&policy, subject, 1))
             .await
             .expect("a valid request");
         (outcome, started.elapsed())
