@@ -193,12 +193,23 @@ async fn subscribers_of_two_instances_see_the_same_updates_and_none_is_lost_when
     let a = App::start(&cfg, &[]);
     let mut b = App::start(&cfg, &[]);
     let client = reqwest::Client::new();
+    // The snapshot frame must arrive before the first submission: an event submitted
+    // earlier would be in one subscriber's snapshot but a status frame for the other.
     let connect = |addr: String| async move {
         let url = format!("ws://{addr}/v1/gates/orders/stream");
-        tokio_tungstenite::connect_async(url)
+        let mut ws = tokio_tungstenite::connect_async(url)
             .await
             .expect("connect")
-            .0
+            .0;
+        let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
+            .await
+            .expect("a snapshot within 5 s")
+            .expect("stream open")
+            .expect("frame");
+        let first: Value =
+            serde_json::from_str(first.into_text().expect("text").as_str()).expect("JSON frame");
+        assert_eq!(first["type"], "snapshot", "{first}");
+        ws
     };
     let until = Instant::now() + Duration::from_secs(4);
     let sub_a = tokio::spawn(collect(connect(a.addr.clone()).await, until));
