@@ -54,10 +54,7 @@ async fn two_instances_share_one_gate_and_one_stream() {
     let mut a = App::start(&cfg, &[]);
     let mut b = App::start(&cfg, &[]);
     let client = reqwest::Client::new();
-    let url = format!("ws://{}/v1/gates/orders/stream", b.addr);
-    let (mut ws, _) = tokio_tungstenite::connect_async(url)
-        .await
-        .expect("connect");
+    let mut ws = subscribe(&b.addr).await;
 
     let (code, first) = submit(&client, &a, json!({"key": "taco", "id": "t1"})).await;
     assert_eq!(code, 202, "{first}");
@@ -165,6 +162,25 @@ async fn a_redis_outage_is_503_problem_json_and_the_gate_recovers() {
 type Ws =
     tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
 
+/// Opens the gate's stream at `addr` and waits for its snapshot frame. A test must not submit
+/// before that: the snapshot is read after the upgrade, so an event submitted in between
+/// would be in the snapshot instead of arriving as a `submitted` status frame.
+async fn subscribe(addr: &str) -> Ws {
+    let url = format!("ws://{addr}/v1/gates/orders/stream");
+    let (mut ws, _) = tokio_tungstenite::connect_async(url)
+        .await
+        .expect("connect");
+    let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("a snapshot within 5 s")
+        .expect("stream open")
+        .expect("frame");
+    let first: Value =
+        serde_json::from_str(first.into_text().expect("text").as_str()).expect("JSON frame");
+    assert_eq!(first["type"], "snapshot", "{first}");
+    ws
+}
+
 /// Collects (clock, id, status) of status frames until `until` or the stream ends.
 async fn collect(mut ws: Ws, until: Instant) -> Vec<(u64, String, String)> {
     let mut out = Vec::new();
@@ -193,27 +209,9 @@ async fn subscribers_of_two_instances_see_the_same_updates_and_none_is_lost_when
     let a = App::start(&cfg, &[]);
     let mut b = App::start(&cfg, &[]);
     let client = reqwest::Client::new();
-    // The snapshot frame must arrive before the first submission: an event submitted
-    // earlier would be in one subscriber's snapshot but a status frame for the other.
-    let connect = |addr: String| async move {
-        let url = format!("ws://{addr}/v1/gates/orders/stream");
-        let mut ws = tokio_tungstenite::connect_async(url)
-            .await
-            .expect("connect")
-            .0;
-        let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a snapshot within 5 s")
-            .expect("stream open")
-            .expect("frame");
-        let first: Value =
-            serde_json::from_str(first.into_text().expect("text").as_str()).expect("JSON frame");
-        assert_eq!(first["type"], "snapshot", "{first}");
-        ws
-    };
     let until = Instant::now() + Duration::from_secs(4);
-    let sub_a = tokio::spawn(collect(connect(a.addr.clone()).await, until));
-    let sub_b = tokio::spawn(collect(connect(b.addr.clone()).await, until));
+    let sub_a = tokio::spawn(collect(subscribe(&a.addr).await, until));
+    let sub_b = tokio::spawn(collect(subscribe(&b.addr).await, until));
     // 40 events over 8 keys, alternating instances; A is killed halfway.
     let mut submitted = Vec::new();
     let mut a = Some(a);
