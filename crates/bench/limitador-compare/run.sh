@@ -11,13 +11,22 @@
 #   limitador   limitador-sidecar: actix-web + limitador's AsyncRedisStorage, exactly how
 #               `limitador-server LIMITS_FILE redis URL` builds it; POST /check_and_report
 #   inbound-web the release binary with the redis provider; POST /v1/evaluate
+#   floor       (FLOOR=1 only) the same binary with rate limiting disabled, GET /api/x of the
+#               demo route: what HTTP handling alone costs this app, the part of a sidecar
+#               request that no limiter can avoid
 # Redis is emptied (FLUSHALL) before each server starts, so every run begins from the same
 # state. With ROUNDS > 1 the order alternates (L I, I L, L I, ...) so that drift in the
 # machine's load does not favour one side. Prints one row per run, with "other work": the share
 # of the machine (100% = every core) that processes other than wrk, the server and Redis took
 # during that run, and the load average just before it; then the ratios per round
-# (inbound-web / limitador, for req/s and for p99) and their medians. Everything it starts is
-# stopped on exit.
+# (inbound-web / limitador, for req/s and for p99) and their medians. Every run also reports
+# the CPU time per request of the server, of Redis and of wrk (from /proc and `times`); when
+# the three share the cores, req/s is about cores / (their sum), so the ratio of the sums is
+# the throughput ratio without the noise of other work. With FLOOR=1 each round also splits
+# inbound-web's CPU into HTTP (the floor run) and the evaluation path (the rest: JSON, HMAC,
+# the Redis client and its socket), and prints the most the evaluation path could cost for
+# 2x: half of limitador's sum, less inbound-web's HTTP, Redis and wrk CPU.
+# Everything it starts is stopped on exit.
 #
 # Environment:
 #   ROUNDS=1         rounds of (limitador, inbound-web)
@@ -25,6 +34,7 @@
 #   WARMUP=2s        an unmeasured wrk run of this length before each measured one (0 = none)
 #   WINDOW=60        limitador limit window in seconds
 #   BUILD=1          build both binaries first (0: use what is there)
+#   FLOOR=0          1: add the `floor` run to every round (see above)
 #   CARGO_TARGET_DIR the workspace's target dir (inbound-web), as for cargo
 #   LIMITADOR_TARGET_DIR  target dir of this crate (default: <workspace target>/limitador-compare);
 #                    the first build compiles RocksDB (limitador's default `disk_storage`
@@ -84,6 +94,14 @@ until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do
 done
 
 # inbound-web's configuration: the redis mode of crates/inbound-web/bench/run.sh.
+cat >"$TMP/floor.toml" <<EOF
+[http]
+bind = "127.0.0.1:$HPORT"
+
+[[routes]]
+path_prefix = "/api"
+subject = "header:x-api-key"
+EOF
 cat >"$TMP/inbound.toml" <<EOF
 [http]
 bind = "127.0.0.1:$HPORT"
@@ -119,6 +137,7 @@ probe() { # $1 = server
       "http://127.0.0.1:$HPORT/check_and_report" ;;
     inbound-web) curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
       -d '{"policy":"api","subject":"probe","cost":1}' "http://127.0.0.1:$HPORT/v1/evaluate" ;;
+    floor) curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: probe' "http://127.0.0.1:$HPORT/api/x" ;;
   esac
 }
 
@@ -127,6 +146,7 @@ start() { # $1 = server
   case $1 in
     limitador) "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
     inbound-web) RUST_LOG=warn "$INBOUND" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
+    floor) RUST_LOG=warn "$INBOUND" --config "$TMP/floor.toml" 2>"$TMP/app.log" & ;;
   esac
   APID=$!
   i=0
@@ -166,12 +186,15 @@ cpu_children() { # $1 = output of `times` (run in this shell, not in a subshell)
 
 # Runs wrk against the server that is up and appends one line to $TMP/results:
 # round server req/s p50_ms p90_ms p99_ms non2xx socket_errors others_pct load1 load5 load15
+#   app_us redis_us wrk_us
 # where others_pct is the share of the machine (100 = every core) that processes other than
-# wrk, the server and redis-server used during the measured run.
+# wrk, the server and redis-server used during the measured run, and *_us the CPU time (user
+# and system) of the server, of redis-server and of wrk per completed request.
 measure() { # $1 = round, $2 = server
   case $2 in
     limitador) script=$HERE/check-and-report.lua; path=/check_and_report ;;
     inbound-web) script=$ROOT/crates/inbound-web/bench/evaluate.lua; path=/v1/evaluate ;;
+    floor) script=$ROOT/crates/inbound-web/bench/random-key.lua; path=/api/x ;;
   esac
   if [ "$WARMUP" != 0 ]; then
     run_wrk -t2 -c64 -d"$WARMUP" -s "$script" "http://127.0.0.1:$HPORT$path" >/dev/null
@@ -179,13 +202,18 @@ measure() { # $1 = round, $2 = server
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   times >"$TMP/times0"
   m0=$(cpu_machine); p0=$(cpu_procs "$APID" "$RPID")
+  a0=$(cpu_procs "$APID"); r0=$(cpu_procs "$RPID")
   run_wrk $WRK_ARGS -s "$script" "http://127.0.0.1:$HPORT$path" >"$TMP/wrk.out"
   m1=$(cpu_machine); p1=$(cpu_procs "$APID" "$RPID")
+  a1=$(cpu_procs "$APID"); r1=$(cpu_procs "$RPID")
   times >"$TMP/times1"
+  w0=$(cpu_children "$TMP/times0"); w1=$(cpu_children "$TMP/times1")
   others=$(echo "$m0 $m1 $p0 $p1 $(cpu_children "$TMP/times0") $(cpu_children "$TMP/times1")" | awk '{
     busy = $3 - $1; total = $4 - $2; ours = ($6 - $5) + ($8 - $7)
     o = total > 0 ? 100 * (busy - ours) / total : 0; printf "%.0f", o < 0 ? 0 : o }')
-  awk -v round="$1" -v server="$2" -v la="$load" -v others="$others" '
+  awk -v round="$1" -v server="$2" -v la="$load" -v others="$others" \
+    -v app=$((a1 - a0)) -v redis=$((r1 - r0)) -v wrk="$(echo "$w0 $w1" | awk '{ print $2 - $1 }')" \
+    -v hz="$(getconf CLK_TCK)" '
     function ms(v) {
       if (v ~ /us$/) return substr(v, 1, length(v) - 2) / 1000
       if (v ~ /ms$/) return substr(v, 1, length(v) - 2) + 0
@@ -194,12 +222,14 @@ measure() { # $1 = round, $2 = server
     }
     /^ +50%/ { p50 = ms($2) }  /^ +90%/ { p90 = ms($2) }  /^ +99%/ { p99 = ms($2) }
     /^Requests\/sec:/ { rps = $2 }
+    / requests in / { n = $1 }
     /Non-2xx or 3xx responses:/ { non2xx = $NF }
     /Socket errors:/ { errs = $4 + $6 + $8 + $10 }
-    END { printf "%s %s %.0f %.3f %.3f %.3f %d %d %s %s\n", round, server, rps, p50, p90, p99,
-                 non2xx, errs, others, la }
+    END { us = n > 0 ? 1e6 / hz / n : 0
+          printf "%s %s %.0f %.3f %.3f %.3f %d %d %s %s %.1f %.1f %.1f\n", round, server, rps, p50,
+                 p90, p99, non2xx, errs, others, la, app * us, redis * us, wrk * us }
   ' "$TMP/wrk.out" >>"$TMP/results"
-  tail -1 "$TMP/results" | awk '{ printf "  %-11s %8.0f req/s  p50 %6.2f ms  p90 %6.2f ms  p99 %6.2f ms  non-2xx %d  socket errors %d  other work %s%%  load %s %s %s\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12 }'
+  tail -1 "$TMP/results" | awk '{ printf "  %-11s %8.0f req/s  p50 %6.2f ms  p90 %6.2f ms  p99 %6.2f ms  non-2xx %d  socket errors %d  other work %s%%  load %s %s %s  CPU/request: server %s us, redis %s us, wrk %s us\n", $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13, $14, $15 }'
 }
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)," \
@@ -209,6 +239,7 @@ echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMU
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
   if [ $((r % 2)) = 1 ]; then order="limitador inbound-web"; else order="inbound-web limitador"; fi
+  [ "${FLOOR:-0}" = 0 ] || order="$order floor"
   echo "round $r"
   for server in $order; do
     start "$server"
@@ -219,22 +250,41 @@ while [ "$r" -le "$ROUNDS" ]; do
 done
 
 echo
-echo "| round | server | req/s | p50 ms | p90 ms | p99 ms | errors | other work | load average before |"
-echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"
-awk '{ printf "| %s | %s | %s | %.2f | %.2f | %.2f | %d | %s%% | %s %s %s |\n", $1, $2, $3, $4, $5, $6, $7 + $8, $9, $10, $11, $12 }' "$TMP/results"
+echo "| round | server | req/s | p50 ms | p90 ms | p99 ms | errors | other work | load average before | CPU µs/request: server, redis, wrk |"
+echo "| ---: | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- | --- |"
+awk '{ printf "| %s | %s | %s | %.2f | %.2f | %.2f | %d | %s%% | %s %s %s | %s, %s, %s |\n", $1, $2, $3, $4, $5, $6, $7 + $8, $9, $10, $11, $12, $13, $14, $15 }' "$TMP/results"
 echo
 python3 - "$TMP/results" <<'EOF'
 import statistics, sys
 rows = [line.split() for line in open(sys.argv[1])]
 by_round = {}
 for r in rows:
-    by_round.setdefault(r[0], {})[r[1]] = (float(r[2]), float(r[5]))
-tput, p99 = [], []
+    by_round.setdefault(r[0], {})[r[1]] = [float(v) for v in (r[2], r[5], r[12], r[13], r[14])]
+tput, p99, path, budget, server_cpu, total_cpu = [], [], [], [], [], []
 for rnd, s in sorted(by_round.items(), key=lambda kv: int(kv[0])):
-    (lr, lp), (ir, ip) = s["limitador"], s["inbound-web"]
+    (lr, lp), (ir, ip) = s["limitador"][:2], s["inbound-web"][:2]
     tput.append(ir / lr)
     p99.append(ip / lp)
-    print("round %s: inbound-web/limitador req/s %.2fx, p99 %.2fx" % (rnd, tput[-1], p99[-1]))
-print("median over %d round(s): req/s %.2fx (goal >= 2), p99 %.2fx (goal <= 0.5)" % (
-    len(tput), statistics.median(tput), statistics.median(p99)))
+    # CPU per request, limitador / inbound-web: the server alone, and server + Redis + wrk
+    # (what bounds req/s when the three share the cores).
+    server_cpu.append(s["limitador"][2] / s["inbound-web"][2])
+    total_cpu.append(sum(s["limitador"][2:]) / sum(s["inbound-web"][2:]))
+    line = "round %s: inbound-web/limitador req/s %.2fx, p99 %.2fx; limitador/inbound-web CPU" \
+        " per request: server %.2fx, all three %.2fx" % (
+            rnd, tput[-1], p99[-1], server_cpu[-1], total_cpu[-1])
+    if "floor" in s:
+        app_us, redis_us, wrk_us = s["inbound-web"][2:]
+        http_us = s["floor"][2]
+        path.append(app_us - http_us)
+        budget.append(sum(s["limitador"][2:]) / 2 - (http_us + redis_us + wrk_us))
+        line += "; evaluation path %.1f us of CPU per request, at most %.1f us for 2x" % (
+            path[-1], budget[-1])
+    print(line)
+print("median over %d round(s): req/s %.2fx (goal >= 2), p99 %.2fx (goal <= 0.5);"
+      " limitador/inbound-web CPU per request: server %.2fx, server + redis + wrk %.2fx" % (
+    len(tput), statistics.median(tput), statistics.median(p99), statistics.median(server_cpu),
+    statistics.median(total_cpu)))
+if path:
+    print("inbound-web's evaluation path: median %.1f us of CPU per request; for 2x: %.1f us" % (
+        statistics.median(path), statistics.median(budget)))
 EOF
