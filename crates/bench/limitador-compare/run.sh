@@ -201,14 +201,12 @@ measure() { # $1 = round, $2 = server
   fi
   load=$(cut -d' ' -f1-3 /proc/loadavg)
   times >"$TMP/times0"
-  m0=$(cpu_machine); p0=$(cpu_procs "$APID" "$RPID")
-  a0=$(cpu_procs "$APID"); r0=$(cpu_procs "$RPID")
+  m0=$(cpu_machine); a0=$(cpu_procs "$APID"); r0=$(cpu_procs "$RPID")
   run_wrk $WRK_ARGS -s "$script" "http://127.0.0.1:$HPORT$path" >"$TMP/wrk.out"
-  m1=$(cpu_machine); p1=$(cpu_procs "$APID" "$RPID")
-  a1=$(cpu_procs "$APID"); r1=$(cpu_procs "$RPID")
+  m1=$(cpu_machine); a1=$(cpu_procs "$APID"); r1=$(cpu_procs "$RPID")
   times >"$TMP/times1"
   w0=$(cpu_children "$TMP/times0"); w1=$(cpu_children "$TMP/times1")
-  others=$(echo "$m0 $m1 $p0 $p1 $(cpu_children "$TMP/times0") $(cpu_children "$TMP/times1")" | awk '{
+  others=$(echo "$m0 $m1 $((a0 + r0)) $((a1 + r1)) $w0 $w1" | awk '{
     busy = $3 - $1; total = $4 - $2; ours = ($6 - $5) + ($8 - $7)
     o = total > 0 ? 100 * (busy - ours) / total : 0; printf "%.0f", o < 0 ? 0 : o }')
   awk -v round="$1" -v server="$2" -v la="$load" -v others="$others" \
