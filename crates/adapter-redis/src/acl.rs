@@ -32,7 +32,6 @@
 use std::fmt::Write as _;
 
 use redis::Value;
-use redis::aio::MultiplexedConnection;
 
 use crate::connection::Attempt;
 use crate::failure::{self, Failure};
@@ -411,7 +410,7 @@ fn parse(value: &Value, probes: usize) -> Result<Reply, ReplyError> {
 /// reply it could not read); [`Attempt::Down`] when the check failed in transit or the server
 /// refused it for now (`LOADING`, `BUSY`, ...).
 pub(crate) async fn check(
-    conn: &mut MultiplexedConnection,
+    conn: &crate::wire::Conn,
     needs: &Needs,
     user: Option<&str>,
 ) -> Result<(), Attempt> {

@@ -200,8 +200,7 @@ impl Cluster {
         let routing = self.routing();
         for shard in &routing.shards {
             if let Pick::Up(link) = shard.nodes.pick() {
-                let mut conn = link.conn.clone();
-                match ask_slots(&mut conn, &shard.endpoint, timeout).await {
+                match ask_slots(&link.conn, &shard.endpoint, timeout).await {
                     Ok(ranges) => return Ok(ranges),
                     Err(e) => errors.push(e),
                 }
@@ -209,9 +208,9 @@ impl Cluster {
         }
         for seed in &self.seeds {
             match connection::connect(seed, &self.settings).await {
-                Ok((mut conn, driver)) => {
+                Ok((conn, driver)) => {
                     let driver = tokio::spawn(driver);
-                    let asked = ask_slots(&mut conn, seed, timeout).await;
+                    let asked = ask_slots(&conn, seed, timeout).await;
                     driver.abort();
                     match asked {
                         Ok(ranges) => return Ok(ranges),
@@ -306,7 +305,7 @@ pub(crate) struct SlotRange {
 }
 
 async fn ask_slots(
-    conn: &mut redis::aio::MultiplexedConnection,
+    conn: &crate::wire::Conn,
     asked: &Endpoint,
     timeout: Duration,
 ) -> Result<Vec<SlotRange>, String> {

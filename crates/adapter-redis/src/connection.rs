@@ -20,8 +20,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::aio::MultiplexedConnection;
-use redis::{AsyncConnectionConfig, RedisConnectionInfo, Value};
+use redis::{RedisConnectionInfo, Value};
 use rustls_pki_types::ServerName;
 use shared_contract::Readiness;
 use tokio::sync::{Notify, watch};
@@ -32,6 +31,7 @@ use crate::programs;
 use crate::provider::RedisSettings;
 use crate::sentinel::SentinelMonitor;
 use crate::tls;
+use crate::wire::{Conn, Driver};
 
 /// A program to preload on every new connection: name, exact source, SHA1 of the source.
 pub(crate) type Script = (&'static str, &'static str, &'static str);
@@ -124,7 +124,7 @@ const STUCK_AFTER_TIMEOUTS: u32 = 3;
 /// A live connection, the flag its driver clears when it ends, and the notifier that tells
 /// the supervisor to replace it.
 pub(crate) struct Link {
-    pub(crate) conn: MultiplexedConnection,
+    pub(crate) conn: Conn,
     alive: Arc<AtomicBool>,
     ended: Arc<Notify>,
     timeouts: AtomicU32,
@@ -160,7 +160,7 @@ impl AckGroups {
     }
 
     /// Sends `WAIT` for groups until nobody waits; a failed `WAIT` acknowledges nothing.
-    async fn drive(self: Arc<Self>, mut conn: MultiplexedConnection, replicas: u32, ms: u64) {
+    async fn drive(self: Arc<Self>, conn: Conn, replicas: u32, ms: u64) {
         let wait = redis::cmd("WAIT").arg(replicas).arg(ms).to_owned();
         loop {
             let group = {
@@ -327,7 +327,7 @@ impl NodeSet {
 
     /// `Ready` when a connection is up and answers `PING` within `timeout`.
     pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
-        let mut conn = match self.pick() {
+        let conn = match self.pick() {
             Pick::Up(link) => link.conn.clone(),
             Pick::Down(reason) => return Readiness::NotReady(format!("redis: {reason}")),
             Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
@@ -374,9 +374,6 @@ impl NodeSet {
     }
 }
 
-/// The task that reads replies for a connection (plain or TLS).
-type Driver = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
-
 /// A connection attempt that did not give a usable link.
 pub(crate) enum Attempt {
     /// Not reachable or not usable now; try again.
@@ -390,37 +387,32 @@ pub(crate) enum Attempt {
 pub(crate) async fn connect(
     endpoint: &Endpoint,
     settings: &RedisSettings,
-) -> Result<(MultiplexedConnection, Driver), String> {
+) -> Result<(Conn, Driver), String> {
     let attempt = async {
         let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
             .await
             .map_err(|e| format!("connect to {endpoint}: {e}"))?;
         // Small requests and replies: do not let Nagle hold them back.
         let _ = stream.set_nodelay(true);
-        // No driver timeout: every command runs under the provider's own (`command_timeout`),
-        // which counts toward replacing a stuck link. The driver's default of 500 ms would
-        // cut longer command timeouts short, as an error the provider cannot tell from a
-        // broken connection.
-        let config = AsyncConnectionConfig::new()
-            .set_response_timeout(None)
-            .set_pipeline_buffer_size(settings.max_in_flight.clamp(64, 8192));
-        let handshake_failed = |e: redis::RedisError| format!("handshake with {endpoint}: {e}");
-        match (&endpoint.access.tls, &endpoint.server_name) {
+        let (conn, mut driver) = match (&endpoint.access.tls, &endpoint.server_name) {
             (Some(connector), Some(name)) => {
                 let stream = connector
                     .connect(name.clone(), stream)
                     .await
                     .map_err(|e| format!("TLS handshake with {endpoint}: {e}"))?;
-                MultiplexedConnection::new_with_config(&endpoint.access.redis, stream, config)
-                    .await
-                    .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
-                    .map_err(handshake_failed)
+                Conn::new(stream)
             }
-            _ => MultiplexedConnection::new_with_config(&endpoint.access.redis, stream, config)
-                .await
-                .map(|(conn, driver)| (conn, Box::pin(driver) as Driver))
-                .map_err(handshake_failed),
+            _ => Conn::tcp(stream),
+        };
+        // The handshake's replies arrive only while the reader runs.
+        let handshake = conn.handshake(&endpoint.access.redis);
+        tokio::select! {
+            done = handshake => done.map_err(|e| format!("handshake with {endpoint}: {e}"))?,
+            () = &mut driver => {
+                return Err(format!("handshake with {endpoint}: the connection closed"));
+            }
         }
+        Ok((conn, driver))
     };
     tokio::time::timeout(settings.connect_timeout, attempt)
         .await
@@ -459,12 +451,12 @@ async fn open(
         acks: Arc::default(),
     };
     let checks = async {
-        let mut conn = link.conn.clone();
-        check_version(&mut conn).await?;
-        check_role(&mut conn, endpoint).await?;
-        check_eviction_policy(&mut conn, settings.strict_eviction_policy).await?;
-        preload(&mut conn, &setup.scripts).await?;
-        crate::acl::check(&mut conn, &setup.acl, endpoint.access.redis.username()).await
+        let conn = &link.conn;
+        check_version(conn).await?;
+        check_role(conn, endpoint).await?;
+        check_eviction_policy(conn, settings.strict_eviction_policy).await?;
+        preload(conn, &setup.scripts).await?;
+        crate::acl::check(conn, &setup.acl, endpoint.access.redis.username()).await
     };
     let checked = tokio::time::timeout(settings.connect_timeout, checks)
         .await
@@ -495,7 +487,7 @@ pub(crate) fn text(value: &Value) -> Option<String> {
 /// Refuses servers older than the programs' minimum. A least-privilege ACL user may not be
 /// allowed `INFO`; the check is then skipped (the programs still refuse to run on a server
 /// that lacks what they use, which surfaces as `Incompatible(program)`).
-async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> {
+async fn check_version(conn: &Conn) -> Result<(), Attempt> {
     let refused = |code: &str| {
         tracing::warn!(
             code,
@@ -549,7 +541,7 @@ async fn check_version(conn: &mut MultiplexedConnection) -> Result<(), Attempt> 
 /// master, now a replica (Sentinel's answer can lag), so this is checked on every connection.
 /// Where `ROLE` is not permitted (ACL) the check is skipped: a replica then answers
 /// `READONLY`, which retires the connection.
-async fn check_role(conn: &mut MultiplexedConnection, endpoint: &Endpoint) -> Result<(), Attempt> {
+async fn check_role(conn: &Conn, endpoint: &Endpoint) -> Result<(), Attempt> {
     match conn.send_packed_command(&redis::cmd("ROLE")).await {
         Ok(Value::Array(items)) => match items.first().and_then(text).as_deref() {
             Some("master") => Ok(()),
@@ -573,10 +565,7 @@ async fn check_role(conn: &mut MultiplexedConnection, endpoint: &Endpoint) -> Re
 /// refused with `OOM`, classified `Unavailable`), `volatile-*` may still evict (every limiter
 /// key has a TTL) but only under pressure and nearest-expiry first. Where `CONFIG` is not
 /// permitted the check is skipped.
-async fn check_eviction_policy(
-    conn: &mut MultiplexedConnection,
-    strict: bool,
-) -> Result<(), Attempt> {
+async fn check_eviction_policy(conn: &Conn, strict: bool) -> Result<(), Attempt> {
     let reply = conn
         .send_packed_command(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
         .await;
@@ -616,7 +605,7 @@ async fn check_eviction_policy(
 /// `SCRIPT LOAD` of every program, so the first `EVALSHA` finds it. A server that forbids
 /// `SCRIPT` (ACL) is fine: `NOSCRIPT` then triggers `EVAL`. A server that answers another
 /// SHA1 than ours has hashed something else: unusable.
-async fn preload(conn: &mut MultiplexedConnection, scripts: &[Script]) -> Result<(), Attempt> {
+async fn preload(conn: &Conn, scripts: &[Script]) -> Result<(), Attempt> {
     for &(name, source, sha1) in scripts {
         match conn
             .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(source))

@@ -16,6 +16,7 @@
 //! | the start-up check of the ACL user's permissions | [`acl`] |
 //! | settings, topology, the port | [`provider`] |
 //! | supervised connections to one node | `connection` |
+//! | the multiplexed RESP2 connection itself (encoding, reply parser, at-most-once calls) | `wire` |
 //! | topologies (standalone, Sentinel, Cluster) and running a program | `pool`, `sentinel`, `cluster` |
 //! | the crate's error type | [`error`] |
 //! | the event-gate provider (second port) | [`gate`] |
@@ -44,6 +45,7 @@ pub mod provider;
 pub mod reply;
 mod sentinel;
 pub mod tls;
+mod wire;
 
 pub use error::Error;
 pub use gate::{RedisGateProvider, RedisGateSettings};

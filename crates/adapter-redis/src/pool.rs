@@ -19,6 +19,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
+
 use shared_contract::{IncompatibleCategory, Readiness, UnavailableCategory};
 use tokio::time::Instant;
 
@@ -28,6 +29,11 @@ use crate::error::Error;
 use crate::failure::{self, Failure};
 use crate::provider::{RedisSettings, Resolved};
 use crate::sentinel::SentinelMonitor;
+use crate::wire::WireError;
+
+/// Writes one program call (`EVALSHA sha1 ...` or `EVAL source ...`) as RESP: given the
+/// output buffer, the verb and the SHA1 or source.
+pub(crate) type Encode<'a> = &'a (dyn Fn(&mut Vec<u8>, &str, &str) + Sync);
 
 /// Redirects followed for one call (a slot moves at most once in a call's lifetime; the
 /// second hop covers an `ASK` during a migration that a `MOVED` led to).
@@ -160,8 +166,9 @@ impl Pool {
         }
     }
 
-    /// Runs `script` on the master of `slot` within `timeout`; `build(verb, sha1_or_source)`
-    /// makes the `EVALSHA`/`EVAL` command. See the module docs for what is sent again.
+    /// Runs `script` on the master of `slot` within `timeout`; `encode(out, verb,
+    /// sha1_or_source)` writes the `EVALSHA`/`EVAL` command. See the module docs for what is
+    /// sent again.
     ///
     /// # Errors
     /// What the failure means for the state ([`Failure`]); never `NoScript`.
@@ -171,7 +178,7 @@ impl Pool {
         &self,
         script: (&str, &str, &str),
         slot: u16,
-        build: &(dyn Fn(&str, &str) -> Cmd + Sync),
+        encode: Encode<'_>,
         needs_ack: &(dyn Fn(&Value) -> bool + Sync),
         timeout: Duration,
     ) -> Result<Reply, Failure> {
@@ -182,21 +189,27 @@ impl Pool {
         let mut asking = false;
         let mut redirects = 0;
         loop {
-            let cmd = if eval {
-                build("EVAL", source)
+            let (verb, body) = if eval {
+                ("EVAL", source)
             } else {
-                build("EVALSHA", sha1)
+                ("EVALSHA", sha1)
             };
+            let write = |out: &mut Vec<u8>| encode(out, verb, body);
             let sent =
-                tokio::time::timeout_at(deadline, self.send(&link, &cmd, asking, needs_ack)).await;
+                tokio::time::timeout_at(deadline, self.send(&link, &write, asking, needs_ack))
+                    .await;
             let (first, replicas_acked) = match sent {
                 Err(_elapsed) => {
                     link.timed_out();
                     return Err(Failure::Indeterminate);
                 }
-                Ok(Err(e)) => {
-                    link.replied();
-                    return Err(dispatch_failure(&e));
+                // Known not sent: the connection had ended before the call.
+                Ok(Err(WireError::NotSent(_))) => {
+                    return Err(Failure::Unavailable(UnavailableCategory::Connect));
+                }
+                Ok(Err(e @ WireError::Lost(_))) => {
+                    tracing::debug!(error = %e, "command failed after dispatch");
+                    return Err(Failure::Indeterminate);
                 }
                 Ok(Ok(values)) => {
                     link.replied();
@@ -251,23 +264,28 @@ impl Pool {
         }
     }
 
-    /// Sends `cmd` on `link` (preceded by `ASKING` in the same write when asked); the
-    /// program's reply and, with `min_replicas_ack`, how many replicas acknowledged it.
+    /// Sends what `write` encodes on `link` (preceded by `ASKING` in the same write when
+    /// asked); the program's reply and, with `min_replicas_ack`, how many replicas
+    /// acknowledged it.
     async fn send(
         &self,
         link: &Link,
-        cmd: &Cmd,
+        write: &(dyn Fn(&mut Vec<u8>) + Sync),
         asking: bool,
         needs_ack: &(dyn Fn(&Value) -> bool + Sync),
-    ) -> RedisResult<(Value, Option<u64>)> {
-        let mut conn = link.conn.clone();
+    ) -> Result<(Value, Option<u64>), WireError> {
         let value = if asking {
-            let mut pipe = redis::pipe();
-            pipe.cmd("ASKING").add_command(cmd.clone());
-            let mut values = conn.send_packed_commands(&pipe, 0, 2).await?;
-            values.pop().unwrap_or(Value::Nil)
+            link.conn
+                .call(
+                    |out| {
+                        out.extend_from_slice(b"*1\r\n$6\r\nASKING\r\n");
+                        write(out);
+                    },
+                    1,
+                )
+                .await?
         } else {
-            conn.send_packed_command(cmd).await?
+            link.conn.call(write, 0).await?
         };
         let acked = match self.wait {
             // An error reply wrote nothing to wait for.
@@ -293,13 +311,21 @@ impl Pool {
         timeout: Duration,
     ) -> Result<Value, Failure> {
         let link = self.link(slot)?;
-        let mut conn = link.conn.clone();
-        match tokio::time::timeout(timeout, conn.send_packed_command(cmd)).await {
+        let call = link.conn.call(|out| cmd.write_packed_command(out), 0);
+        match tokio::time::timeout(timeout, call).await {
             Err(_elapsed) => {
                 link.timed_out();
                 Err(Failure::Indeterminate)
             }
-            Ok(result) => {
+            Ok(Err(WireError::NotSent(_))) => {
+                Err(Failure::Unavailable(UnavailableCategory::Connect))
+            }
+            Ok(Err(e @ WireError::Lost(_))) => {
+                tracing::debug!(error = %e, "command failed after dispatch");
+                Err(Failure::Indeterminate)
+            }
+            Ok(Ok(value)) => {
+                let result = Ok(value);
                 link.replied();
                 if let Ok(Value::ServerError(e)) = &result {
                     match e.code() {

@@ -44,7 +44,7 @@ use std::fmt;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
+use redis::{ConnectionAddr, IntoConnectionInfo, RedisConnectionInfo};
 use shared_contract::{
     EdgeRateLimitPort, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
     Readiness, RequestError, UnavailableCategory,
@@ -59,6 +59,7 @@ use crate::pool::Pool;
 use crate::programs;
 use crate::reply;
 use crate::tls::{self, TlsFiles};
+use crate::wire;
 
 /// Where the Redis servers are.
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
@@ -507,23 +508,23 @@ impl fmt::Debug for RedisSettings {
 struct Plan {
     program: &'static programs::Program,
     keys: PolicyKeys,
-    /// `ARGV[2..]`, already formatted.
-    args: Vec<String>,
-    /// Their total length.
-    args_len: usize,
+    /// How many arguments follow the key (`ARGV[1]` the cost, then `ARGV[2..]`).
+    argc: usize,
+    /// `ARGV[2..]`, already encoded as RESP bulk strings.
+    args_resp: Vec<u8>,
 }
 
 impl Plan {
-    fn command(&self, verb: &str, script: &str, key: &str, cost: u64) -> Cmd {
-        // Sized once: growing the argument buffers showed up as several reallocations per
-        // call. 20 bytes hold any cost.
-        let bytes = verb.len() + script.len() + 1 + key.len() + 20 + self.args_len;
-        let mut cmd = Cmd::with_capacity(5 + self.args.len(), bytes);
-        cmd.arg(verb).arg(script).arg(1).arg(key).arg(cost);
-        for a in &self.args {
-            cmd.arg(a.as_str());
-        }
-        cmd
+    /// Writes `verb script 1 key cost args...` as RESP straight into the connection's
+    /// buffer: no command object and no copy per call.
+    fn encode(&self, out: &mut Vec<u8>, verb: &str, script: &str, key: &str, cost: u64) {
+        wire::write_array(out, 4 + self.argc);
+        wire::write_bulk(out, verb.as_bytes());
+        wire::write_bulk(out, script.as_bytes());
+        out.extend_from_slice(b"$1\r\n1\r\n");
+        wire::write_bulk(out, key.as_bytes());
+        wire::write_bulk_u64(out, cost);
+        out.extend_from_slice(&self.args_resp);
     }
 }
 
@@ -601,17 +602,18 @@ impl RedisProvider {
         let mut plans = HashMap::new();
         for policy in policies.iter() {
             let program = programs::program(policy.kind());
-            let args: Vec<String> = programs::arguments(policy)
-                .into_iter()
-                .map(|a| a.to_string())
-                .collect();
+            let args = programs::arguments(policy);
+            let mut args_resp = Vec::new();
+            for a in &args {
+                wire::write_bulk_u64(&mut args_resp, *a);
+            }
             plans.insert(
                 policy.id().clone(),
                 Plan {
                     program,
                     keys: PolicyKeys::new(&settings.key_prefix, policy)?,
-                    args_len: args.iter().map(String::len).sum(),
-                    args,
+                    argc: 1 + args.len(),
+                    args_resp,
                 },
             );
         }
@@ -674,14 +676,16 @@ impl EdgeRateLimitPort for RedisProvider {
         };
         let key = plan.keys.state_key(&request.subject);
         let cost = request.cost.get();
-        let build = |verb: &str, script: &str| plan.command(verb, script, &key, cost);
+        let encode = |out: &mut Vec<u8>, verb: &str, script: &str| {
+            plan.encode(out, verb, script, &key, cost)
+        };
         let slot = hash_slot(key.as_bytes());
         let reply = match shared
             .pool
             .run_script(
                 (plan.program.name, plan.program.source, plan.program.sha1()),
                 slot,
-                &build,
+                &encode,
                 &reply::is_allowed,
                 timeout,
             )

@@ -17,7 +17,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::Value;
-use redis::aio::MultiplexedConnection;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
@@ -43,7 +42,7 @@ pub(crate) struct SentinelMonitor {
 /// The connection to the sentinel that answered last.
 struct Cached {
     index: usize,
-    conn: MultiplexedConnection,
+    conn: crate::wire::Conn,
     driver: JoinHandle<()>,
 }
 

@@ -35,6 +35,10 @@
 #   WINDOW=60        limitador limit window in seconds
 #   BUILD=1          build both binaries first (0: use what is there)
 #   FLOOR=0          1: add the `floor` run to every round (see above)
+#   BASELINE=        path of another inbound-web binary (an earlier build): adds a `baseline`
+#                    run to every round, same configuration and load, and prints its CPU per
+#                    request against this build's (what a change to the evaluation path saved)
+#   WITH_LIMITADOR=1 0: leave limitador out (with BASELINE, to compare two builds only)
 #   CARGO_TARGET_DIR the workspace's target dir (inbound-web), as for cargo
 #   LIMITADOR_TARGET_DIR  target dir of this crate (default: <workspace target>/limitador-compare);
 #                    the first build compiles RocksDB (limitador's default `disk_storage`
@@ -62,7 +66,9 @@ if [ "${BUILD:-1}" = 1 ]; then
   cargo build --release -q --manifest-path "$HERE/Cargo.toml" --target-dir "$LTARGET"
 fi
 [ -x "$INBOUND" ] || { echo "no $INBOUND: cargo build --release -p inbound-web" >&2; exit 2; }
-[ -x "$LIMITADOR" ] || { echo "no $LIMITADOR (run with BUILD=1)" >&2; exit 2; }
+[ "${WITH_LIMITADOR:=1}" = 0 ] || [ -x "$LIMITADOR" ] || {
+  echo "no $LIMITADOR (run with BUILD=1)" >&2; exit 2; }
+[ -z "${BASELINE:-}" ] || [ -x "$BASELINE" ] || { echo "no $BASELINE" >&2; exit 2; }
 
 free_port() {
   python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
@@ -135,7 +141,7 @@ probe() { # $1 = server
     limitador) curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
       -d '{"namespace":"api","values":{"subject":"probe"},"delta":1}' \
       "http://127.0.0.1:$HPORT/check_and_report" ;;
-    inbound-web) curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
+    inbound-web|baseline) curl -s -o /dev/null -w '%{http_code}' -H 'content-type: application/json' \
       -d '{"policy":"api","subject":"probe","cost":1}' "http://127.0.0.1:$HPORT/v1/evaluate" ;;
     floor) curl -s -o /dev/null -w '%{http_code}' -H 'x-api-key: probe' "http://127.0.0.1:$HPORT/api/x" ;;
   esac
@@ -146,6 +152,7 @@ start() { # $1 = server
   case $1 in
     limitador) "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
     inbound-web) RUST_LOG=warn "$INBOUND" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
+    baseline) RUST_LOG=warn "$BASELINE" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
     floor) RUST_LOG=warn "$INBOUND" --config "$TMP/floor.toml" 2>"$TMP/app.log" & ;;
   esac
   APID=$!
@@ -193,7 +200,7 @@ cpu_children() { # $1 = output of `times` (run in this shell, not in a subshell)
 measure() { # $1 = round, $2 = server
   case $2 in
     limitador) script=$HERE/check-and-report.lua; path=/check_and_report ;;
-    inbound-web) script=$ROOT/crates/inbound-web/bench/evaluate.lua; path=/v1/evaluate ;;
+    inbound-web|baseline) script=$ROOT/crates/inbound-web/bench/evaluate.lua; path=/v1/evaluate ;;
     floor) script=$ROOT/crates/inbound-web/bench/random-key.lua; path=/api/x ;;
   esac
   if [ "$WARMUP" != 0 ]; then
@@ -237,6 +244,8 @@ echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMU
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
   if [ $((r % 2)) = 1 ]; then order="limitador inbound-web"; else order="inbound-web limitador"; fi
+  [ "$WITH_LIMITADOR" = 1 ] || order=inbound-web
+  [ -z "${BASELINE:-}" ] || order="$order baseline"
   [ "${FLOOR:-0}" = 0 ] || order="$order floor"
   echo "round $r"
   for server in $order; do
@@ -259,7 +268,16 @@ by_round = {}
 for r in rows:
     by_round.setdefault(r[0], {})[r[1]] = [float(v) for v in (r[2], r[5], r[12], r[13], r[14])]
 tput, p99, path, budget, server_cpu, total_cpu = [], [], [], [], [], []
+base_cpu, base_total = [], []
 for rnd, s in sorted(by_round.items(), key=lambda kv: int(kv[0])):
+    if "baseline" in s:
+        base_cpu.append(s["baseline"][2] / s["inbound-web"][2])
+        base_total.append(sum(s["baseline"][2:]) / sum(s["inbound-web"][2:]))
+        print("round %s: baseline/inbound-web req/s %.2fx; CPU per request: server %.2fx,"
+              " server + redis + wrk %.2fx" % (rnd, s["baseline"][0] / s["inbound-web"][0],
+                                               base_cpu[-1], base_total[-1]))
+    if "limitador" not in s:
+        continue
     (lr, lp), (ir, ip) = s["limitador"][:2], s["inbound-web"][:2]
     tput.append(ir / lr)
     p99.append(ip / lp)
@@ -278,6 +296,12 @@ for rnd, s in sorted(by_round.items(), key=lambda kv: int(kv[0])):
         line += "; evaluation path %.1f us of CPU per request, at most %.1f us for 2x" % (
             path[-1], budget[-1])
     print(line)
+if base_cpu:
+    print("median over %d round(s): baseline/inbound-web CPU per request: server %.2fx,"
+          " server + redis + wrk %.2fx" % (len(base_cpu), statistics.median(base_cpu),
+                                           statistics.median(base_total)))
+if not tput:
+    sys.exit(0)
 print("median over %d round(s): req/s %.2fx (goal >= 2), p99 %.2fx (goal <= 0.5);"
       " limitador/inbound-web CPU per request: server %.2fx, server + redis + wrk %.2fx" % (
     len(tput), statistics.median(tput), statistics.median(p99), statistics.median(server_cpu),

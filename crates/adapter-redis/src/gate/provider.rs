@@ -225,14 +225,16 @@ impl Shared {
         let Ok(_permit) = self.admission.try_acquire() else {
             return Err(self.unavailable(UnavailableCategory::Admission));
         };
-        let build = |verb: &str, script: &str| Self::command(verb, script, plan, args);
+        let encode = |out: &mut Vec<u8>, verb: &str, script: &str| {
+            Self::command(verb, script, plan, args).write_packed_command(out);
+        };
         let script = (program.name, program.source, program.sha1());
         match self
             .pool
             .run_script(
                 script,
                 plan.slot,
-                &build,
+                &encode,
                 &|_| effect == Effect::Write,
                 timeout,
             )
