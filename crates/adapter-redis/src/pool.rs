@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use redis::{Cmd, RedisResult, Value};
-
 use shared_contract::{IncompatibleCategory, Readiness, UnavailableCategory};
 use tokio::time::Instant;
 
@@ -203,14 +202,7 @@ impl Pool {
                     link.timed_out();
                     return Err(Failure::Indeterminate);
                 }
-                // Known not sent: the connection had ended before the call.
-                Ok(Err(WireError::NotSent(_))) => {
-                    return Err(Failure::Unavailable(UnavailableCategory::Connect));
-                }
-                Ok(Err(e @ WireError::Lost(_))) => {
-                    tracing::debug!(error = %e, "command failed after dispatch");
-                    return Err(Failure::Indeterminate);
-                }
+                Ok(Err(e)) => return Err(wire_failure(&e)),
                 Ok(Ok(values)) => {
                     link.replied();
                     values
@@ -317,17 +309,10 @@ impl Pool {
                 link.timed_out();
                 Err(Failure::Indeterminate)
             }
-            Ok(Err(WireError::NotSent(_))) => {
-                Err(Failure::Unavailable(UnavailableCategory::Connect))
-            }
-            Ok(Err(e @ WireError::Lost(_))) => {
-                tracing::debug!(error = %e, "command failed after dispatch");
-                Err(Failure::Indeterminate)
-            }
+            Ok(Err(e)) => Err(wire_failure(&e)),
             Ok(Ok(value)) => {
-                let result = Ok(value);
                 link.replied();
-                if let Ok(Value::ServerError(e)) = &result {
+                if let Value::ServerError(e) = &value {
                     match e.code() {
                         "READONLY" => {
                             link.retire("the node answered READONLY (no longer a master)");
@@ -337,7 +322,7 @@ impl Pool {
                         _ => {}
                     }
                 }
-                classify(result)
+                classify(Ok(value))
             }
         }
     }
@@ -370,6 +355,18 @@ pub(crate) fn classify(result: RedisResult<Value>) -> Result<Value, Failure> {
         Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
         Ok(value) => Ok(value),
         Err(e) => Err(dispatch_failure(&e)),
+    }
+}
+
+/// What a call that got no reply means: known not sent (the connection had already ended) is
+/// `Unavailable(connect)`; lost after it was queued, `Indeterminate`.
+fn wire_failure(e: &WireError) -> Failure {
+    match e {
+        WireError::NotSent(_) => Failure::Unavailable(UnavailableCategory::Connect),
+        WireError::Lost(_) => {
+            tracing::debug!(error = %e, "command failed after dispatch");
+            Failure::Indeterminate
+        }
     }
 }
 
