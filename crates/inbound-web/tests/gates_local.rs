@@ -6,8 +6,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::App;
-use futures::StreamExt as _;
+use common::{App, Ws};
 use serde_json::{Value, json};
 use shared_contract::gate::{
     EventId, EventKey, EventStatus, GateClock, IncubatingEvent, Replica, Snapshot, StatusUpdate,
@@ -285,18 +284,9 @@ duration = "1s"
     );
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// The next frame, as JSON (fails after 5 s).
 async fn next(ws: &mut Ws) -> Value {
-    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("a frame within 5 s")
-        .expect("stream open")
-        .expect("frame");
-    let text = m.into_text().expect("a text frame");
-    serde_json::from_str::<Value>(text.as_str()).expect("JSON frame")
+    common::ws_json(ws).await
 }
 
 fn snapshot_of(v: &Value) -> Snapshot {
@@ -414,11 +404,7 @@ async fn a_stream_of_an_unknown_gate_is_refused_before_the_upgrade() {
 
 /// The next message, whatever it is (fails after 5 s).
 async fn recv(ws: &mut Ws) -> tokio_tungstenite::tungstenite::Message {
-    tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("a frame within 5 s")
-        .expect("open")
-        .expect("frame")
+    common::ws_message(ws).await
 }
 
 /// The command, headers and body of a STOMP frame the server sent.
@@ -545,22 +531,14 @@ async fn a_stomp_subscription_to_another_destination_is_an_error_frame() {
     ws.send(Message::text("CONNECT\naccept-version:1.2\n\n\0"))
         .await
         .expect("send");
-    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("frame")
-        .expect("open")
-        .expect("frame");
+    let m = recv(&mut ws).await;
     assert_eq!(stomp(m).0, "CONNECTED");
     ws.send(Message::text(
         "SUBSCRIBE\nid:0\ndestination:/topic/gates/strict\n\n\0",
     ))
     .await
     .expect("send");
-    let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("frame")
-        .expect("open")
-        .expect("frame");
+    let m = recv(&mut ws).await;
     let (command, _, body) = stomp(m);
     assert_eq!(command, "ERROR");
     assert!(body.contains("/topic/gates/once"), "{body}");

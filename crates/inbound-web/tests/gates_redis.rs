@@ -7,7 +7,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use acceptance_tests::redis_server::RedisServer;
-use common::{App, SECRET};
+use common::{App, SECRET, Ws};
 use futures::StreamExt as _;
 use serde_json::{Value, json};
 
@@ -72,12 +72,7 @@ async fn two_instances_share_one_gate_and_one_stream() {
     let deadline = Instant::now() + Duration::from_secs(5);
     while !statuses.contains(&("a1".to_owned(), "published".to_owned())) {
         assert!(Instant::now() < deadline, "saw only {statuses:?}");
-        let m = tokio::time::timeout(Duration::from_secs(5), ws.next())
-            .await
-            .expect("a frame within 5 s")
-            .expect("open")
-            .expect("frame");
-        let v: Value = serde_json::from_str(m.into_text().expect("text").as_str()).expect("JSON");
+        let v = common::ws_json(&mut ws).await;
         if v["type"] == "status" {
             let clock = v["clock"].as_u64().expect("clock");
             assert!(clock > last, "clock order: {v}");
@@ -159,9 +154,6 @@ async fn a_redis_outage_is_503_problem_json_and_the_gate_recovers() {
     }
 }
 
-type Ws =
-    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
-
 /// Opens the gate's stream at `addr` and waits for its snapshot frame. A test must not submit
 /// before that: the snapshot is read after the upgrade, so an event submitted in between
 /// would be in the snapshot instead of arriving as a `submitted` status frame.
@@ -170,13 +162,7 @@ async fn subscribe(addr: &str) -> Ws {
     let (mut ws, _) = tokio_tungstenite::connect_async(url)
         .await
         .expect("connect");
-    let first = tokio::time::timeout(Duration::from_secs(5), ws.next())
-        .await
-        .expect("a snapshot within 5 s")
-        .expect("stream open")
-        .expect("frame");
-    let first: Value =
-        serde_json::from_str(first.into_text().expect("text").as_str()).expect("JSON frame");
+    let first = common::ws_json(&mut ws).await;
     assert_eq!(first["type"], "snapshot", "{first}");
     ws
 }

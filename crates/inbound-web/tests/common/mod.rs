@@ -302,3 +302,23 @@ fn sf_list_parser_is_strict() {
         assert!(parse_sf_list(bad).is_err(), "{bad}");
     }
 }
+
+/// A client WebSocket to the app (the gate streams).
+pub type Ws =
+    tokio_tungstenite::WebSocketStream<tokio_tungstenite::MaybeTlsStream<tokio::net::TcpStream>>;
+
+/// The next message on `ws`, whatever it is; fails after 5 s or if the stream ends.
+pub async fn ws_message(ws: &mut Ws) -> tokio_tungstenite::tungstenite::Message {
+    use futures::StreamExt as _;
+    tokio::time::timeout(Duration::from_secs(5), ws.next())
+        .await
+        .expect("a frame within 5 s")
+        .expect("stream open")
+        .expect("frame")
+}
+
+/// The next message on `ws`, parsed as a JSON text frame; fails after 5 s.
+pub async fn ws_json(ws: &mut Ws) -> serde_json::Value {
+    let text = ws_message(ws).await.into_text().expect("a text frame");
+    serde_json::from_str(text.as_str()).expect("JSON frame")
+}
