@@ -330,7 +330,23 @@ fn environment_overrides_file_keys_with_double_underscore_nesting() {
     // The override is validated like a file key, and named by its key path.
     let e = config::load(&env(&[("APP_RATE_LIMIT__POLICIES__API__CAPACITY", "0")]))
         .expect_err("capacity 0 from the environment");
-    problem_at(&e, "rate_limit.policies.api.capacity");
+    let problem = problem_at(&e, "rate_limit.policies.api.capacity");
+    assert!(problem.contains("got 0"), "{problem}");
+    // Numbers and booleans arrive as text and are read as such.
+    let s = config::load(&env(&[
+        ("APP_RATE_LIMIT__POLICIES__API__CAPACITY", "250"),
+        ("APP_RATE_LIMIT__LOCAL__MAX_KEYS", "5000"),
+        ("APP_HTTP__WORKER_THREADS", "2"),
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    assert_eq!(s.http.worker_threads, Some(2));
+    assert!(s.render().contains("capacity = 250\n"), "{}", s.render());
+    assert!(s.render().contains("max_keys = 5000\n"), "{}", s.render());
+    let s = config::load(&env(&[("APP_RATE_LIMIT__ENABLED", "false")]))
+        .unwrap_or_else(|e| panic!("{e}"));
+    assert!(matches!(s.rate_limit, RateLimitSettings::Disabled));
+    let e = config::load(&env(&[("APP_RATE_LIMIT__ENABLED", "maybe")])).expect_err("not a boolean");
+    problem_at(&e, "rate_limit.enabled");
     // Overrides apply: provider redis from the environment now needs the redis keys.
     let e = config::load(&env(&[("APP_RATE_LIMIT__PROVIDER", "redis")]))
         .expect_err("redis without role, url, secret");
@@ -514,4 +530,26 @@ fn check_rendering_shows_the_topology_with_passwords_redacted() {
     assert!(!text.contains("n0de-pw"), "{text}");
     let reparsed: toml::Table = text.parse().unwrap_or_else(|e| panic!("{e}\n{text}"));
     assert!(reparsed.contains_key("rate_limit"));
+}
+
+#[test]
+fn worker_threads_is_read_bounded_and_rendered() {
+    let s = ok("[http]\nworker_threads = 1");
+    assert_eq!(s.http.worker_threads, Some(1));
+    assert!(
+        s.render().contains("worker_threads = 1\n"),
+        "{}",
+        s.render()
+    );
+    assert_eq!(ok("").http.worker_threads, None);
+    for bad in ["0", "1025", "-1", "\"two\""] {
+        let e = errors(&format!("[http]\nworker_threads = {bad}"));
+        let problem = problem_at(&e, "http.worker_threads");
+        assert!(
+            problem.contains("1024")
+                || problem.contains("whole number")
+                || problem.contains(">= 0"),
+            "{problem}"
+        );
+    }
 }

@@ -19,7 +19,7 @@ use std::time::Duration;
 use adapter_local::LocalSettings;
 use adapter_redis::{RedisSettings, Topology};
 use figment::Figment;
-use figment::providers::{Env, Format, Toml};
+use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
 use shared_contract::gate::{GateId, GateMode, GateSet, GateSettings, GateSpec};
 use shared_contract::{
@@ -92,34 +92,29 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         })?;
         figment = figment.merge(Toml::string(&text));
     }
-    figment = match &sources.env {
-        None => figment.merge(Env::prefixed(ENV_PREFIX).split(ENV_SEPARATOR)),
-        Some(vars) => {
-            // figment reads only the process environment; an explicit list becomes a TOML-free
-            // dictionary with the same key mapping and value parsing as `Env`.
-            let mut root = Dict::new();
-            for (name, value) in vars {
-                let Some(rest) = strip_prefix_ignore_case(name, ENV_PREFIX) else {
-                    continue;
-                };
-                let path: Vec<String> = rest
-                    .split(ENV_SEPARATOR)
-                    .map(|s| s.to_ascii_lowercase())
-                    .collect();
-                if path.iter().any(String::is_empty) {
-                    continue;
-                }
-                insert_path(
-                    &mut root,
-                    &path,
-                    value
-                        .parse::<Value>()
-                        .unwrap_or_else(|_| Value::from(value.clone())),
-                );
-            }
-            figment.merge(figment::providers::Serialized::defaults(root))
-        }
+    // Environment values stay the strings they are: figment's `Env` would parse them into
+    // TOML-like values, which turns "5" into an unsigned number the checks did not read and
+    // an all-digit secret into a number without its leading zeros. The checks below accept
+    // digit strings for whole numbers and "true"/"false" for booleans instead.
+    let vars: Vec<(String, String)> = match &sources.env {
+        Some(vars) => vars.clone(),
+        None => process_env()?,
     };
+    let mut root = Dict::new();
+    for (name, value) in vars {
+        let Some(rest) = strip_prefix_ignore_case(&name, ENV_PREFIX) else {
+            continue;
+        };
+        let path: Vec<String> = rest
+            .split(ENV_SEPARATOR)
+            .map(|s| s.to_ascii_lowercase())
+            .collect();
+        if path.iter().any(String::is_empty) {
+            continue;
+        }
+        insert_path(&mut root, &path, Value::from(value));
+    }
+    figment = figment.merge(figment::providers::Serialized::defaults(root));
     let root: Dict = figment.extract().map_err(|e| {
         ConfigErrors(
             e.into_iter()
@@ -159,6 +154,34 @@ pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     (name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix))
         .then(|| &name[prefix.len()..])
+}
+
+/// The process's `APP_` variables; one that is not UTF-8 is a problem named by its key path.
+fn process_env() -> Result<Vec<(String, String)>, ConfigErrors> {
+    let mut vars = Vec::new();
+    let mut problems = Vec::new();
+    for (name, value) in std::env::vars_os() {
+        let Some(name) = name.to_str() else { continue };
+        let Some(rest) = strip_prefix_ignore_case(name, ENV_PREFIX) else {
+            continue;
+        };
+        match value.into_string() {
+            Ok(value) => vars.push((name.to_owned(), value)),
+            Err(_) => problems.push(Problem {
+                path: rest
+                    .split(ENV_SEPARATOR)
+                    .collect::<Vec<_>>()
+                    .join(".")
+                    .to_ascii_lowercase(),
+                problem: format!("{name} is not valid UTF-8"),
+            }),
+        }
+    }
+    if problems.is_empty() {
+        Ok(vars)
+    } else {
+        Err(ConfigErrors(problems))
+    }
 }
 
 fn insert_path(dict: &mut Dict, path: &[String], value: Value) {
@@ -244,6 +267,9 @@ impl Check {
         match v {
             None => None,
             Some(Value::Bool(_, b)) => Some(*b),
+            // From the environment.
+            Some(Value::String(_, t)) if t.eq_ignore_ascii_case("true") => Some(true),
+            Some(Value::String(_, t)) if t.eq_ignore_ascii_case("false") => Some(false),
             Some(other) => {
                 self.push(path, format!("must be true or false, got {}", show(other)));
                 None
@@ -254,7 +280,17 @@ impl Check {
     fn u64(&mut self, path: &str, v: Option<&Value>) -> Option<u64> {
         match v {
             None => None,
-            Some(Value::Num(_, n)) => match n.to_i128() {
+            // From the environment: digits only, as a TOML integer would be written.
+            Some(Value::String(_, t)) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
+                match t.parse::<u64>() {
+                    Ok(u) => Some(u),
+                    Err(_) => {
+                        self.push(path, format!("must be <= {}, got {t}", u64::MAX));
+                        None
+                    }
+                }
+            }
+            Some(Value::Num(_, n)) => match integer(n) {
                 Some(i) if i < 0 => {
                     self.push(path, format!("must be >= 0, got {i}"));
                     None
@@ -343,6 +379,12 @@ fn join(path: &str, key: &str) -> String {
     }
 }
 
+/// A whole number of any width and sign; `None` for a float.
+fn integer(n: &figment::value::Num) -> Option<i128> {
+    n.to_i128()
+        .or_else(|| n.to_u128().and_then(|u| i128::try_from(u).ok()))
+}
+
 /// A short rendering of a value for an error message.
 fn show(v: &Value) -> String {
     match v {
@@ -358,7 +400,7 @@ fn show(v: &Value) -> String {
                     "-inf".into()
                 }
             }
-            _ => match n.to_i128() {
+            _ => match integer(n) {
                 Some(i) => i.to_string(),
                 None => n.to_f64().map(|f| f.to_string()).unwrap_or_default(),
             },
@@ -371,7 +413,7 @@ fn show(v: &Value) -> String {
 
 /// The top-level sections.
 pub const TOP_KEYS: &[&str] = &["http", "rate_limit", "routes", "event_gates"];
-const HTTP_KEYS: &[&str] = &["bind"];
+const HTTP_KEYS: &[&str] = &["bind", "worker_threads"];
 const RATE_LIMIT_KEYS: &[&str] = &[
     "enabled",
     "provider",
@@ -490,7 +532,20 @@ fn read_http(c: &mut Check, v: Option<&Value>) -> Option<HttpSettings> {
             }
         },
     };
-    Some(HttpSettings { bind: bind? })
+    let worker_threads = match d.get("worker_threads") {
+        None => Some(None),
+        v => bounded_usize(
+            c,
+            "http.worker_threads",
+            v,
+            HttpSettings::MAX_WORKER_THREADS,
+        )
+        .map(Some),
+    };
+    Some(HttpSettings {
+        bind: bind?,
+        worker_threads: worker_threads?,
+    })
 }
 
 /// What the rate_limit section read into, plus the policy ids it defines (routes need them).

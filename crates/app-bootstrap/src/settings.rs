@@ -31,12 +31,22 @@ pub struct Settings {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
     pub bind: SocketAddr,
+    /// Tokio worker threads serving HTTP and the provider's connections; `None`: one per
+    /// CPU (Tokio's default). A sidecar that shares its cores with the service and Redis
+    /// often does better with fewer (docs/performance.md, "One worker thread").
+    pub worker_threads: Option<usize>,
+}
+
+impl HttpSettings {
+    /// The most `http.worker_threads` accepts.
+    pub const MAX_WORKER_THREADS: usize = 1024;
 }
 
 impl Default for HttpSettings {
     fn default() -> Self {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            worker_threads: None,
         }
     }
 }
@@ -192,9 +202,17 @@ impl Settings {
         let mut o = String::new();
         let _ = writeln!(
             o,
-            "[http]\nbind = {}\n",
+            "[http]\nbind = {}",
             toml_str(&self.http.bind.to_string())
         );
+        match self.http.worker_threads {
+            Some(n) => {
+                let _ = writeln!(o, "worker_threads = {n}\n");
+            }
+            None => {
+                let _ = writeln!(o, "# worker_threads: one per CPU\n");
+            }
+        }
         match &self.rate_limit {
             RateLimitSettings::Disabled => {
                 let _ = writeln!(

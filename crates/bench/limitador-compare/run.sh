@@ -39,6 +39,10 @@
 #                    run to every round, same configuration and load, and prints its CPU per
 #                    request against this build's (what a change to the evaluation path saved)
 #   WITH_LIMITADOR=1 0: leave limitador out (with BASELINE, to compare two builds only)
+#   WORKERS=         worker threads of both servers: inbound-web's http.worker_threads and
+#                    limitador-sidecar's actix-web workers (LIMITADOR_SIDECAR_WORKERS); empty:
+#                    each server's default (one per CPU for inbound-web, one per physical core
+#                    for actix-web)
 #   CARGO_TARGET_DIR the workspace's target dir (inbound-web), as for cargo
 #   LIMITADOR_TARGET_DIR  target dir of this crate (default: <workspace target>/limitador-compare);
 #                    the first build compiles RocksDB (limitador's default `disk_storage`
@@ -100,9 +104,12 @@ until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do
 done
 
 # inbound-web's configuration: the redis mode of crates/inbound-web/bench/run.sh.
+WORKERS_LINE=
+[ -z "${WORKERS:-}" ] || WORKERS_LINE="worker_threads = $WORKERS"
 cat >"$TMP/floor.toml" <<EOF
 [http]
 bind = "127.0.0.1:$HPORT"
+$WORKERS_LINE
 
 [[routes]]
 path_prefix = "/api"
@@ -111,6 +118,7 @@ EOF
 cat >"$TMP/inbound.toml" <<EOF
 [http]
 bind = "127.0.0.1:$HPORT"
+$WORKERS_LINE
 
 [rate_limit]
 enabled = true
@@ -150,7 +158,7 @@ probe() { # $1 = server
 start() { # $1 = server
   redis-cli -p "$RPORT" FLUSHALL >/dev/null
   case $1 in
-    limitador) "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
+    limitador) LIMITADOR_SIDECAR_WORKERS=${WORKERS:-} "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
     inbound-web) RUST_LOG=warn "$INBOUND" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
     baseline) RUST_LOG=warn "$BASELINE" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
     floor) RUST_LOG=warn "$INBOUND" --config "$TMP/floor.toml" 2>"$TMP/app.log" & ;;
@@ -239,7 +247,8 @@ measure() { # $1 = round, $2 = server
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)," \
   "uptime: $(uptime | sed 's/^ *//')"
-echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMUP, Redis flushed before it"
+echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMUP, Redis flushed before it," \
+  "worker threads: ${WORKERS:-each server's default}"
 : >"$TMP/results"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do

@@ -57,10 +57,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
 
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(n) = settings.http.worker_threads {
+        runtime.worker_threads(n);
+    }
+    let runtime = match runtime.enable_all().build() {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cannot start the Tokio runtime: {e}");

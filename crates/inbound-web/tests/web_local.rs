@@ -358,6 +358,54 @@ fn invalid_configuration_exits_2_with_one_line_per_problem() {
 }
 
 #[test]
+fn environment_sets_numbers_booleans_and_digit_secrets() {
+    // Every kind of key from the process environment: whole numbers and booleans are written
+    // as text there, and a secret of digits only must stay the same text.
+    let digits = "01234567890123456789012345678901234";
+    let out = common::run(
+        "",
+        &["--check"],
+        &[
+            ("APP_HTTP__WORKER_THREADS", "1"),
+            ("APP_RATE_LIMIT__ENABLED", "true"),
+            ("APP_RATE_LIMIT__PROVIDER", "redis"),
+            ("APP_RATE_LIMIT__DEFAULT_POLICY", "api"),
+            ("APP_RATE_LIMIT__SUBJECT_SECRET", digits),
+            ("APP_RATE_LIMIT__REDIS__ROLE", "coordination"),
+            ("APP_RATE_LIMIT__REDIS__URL", "redis://127.0.0.1:6379/0"),
+            ("APP_RATE_LIMIT__REDIS__MAX_IN_FLIGHT", "2048"),
+            ("APP_RATE_LIMIT__POLICIES__API__ALGORITHM", "fixed_window"),
+            ("APP_RATE_LIMIT__POLICIES__API__LIMIT", "7"),
+            ("APP_RATE_LIMIT__POLICIES__API__WINDOW", "1s"),
+        ],
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    for line in ["worker_threads = 1", "max_in_flight = 2048", "limit = 7"] {
+        assert!(
+            stdout.lines().any(|l| l == line),
+            "no {line:?} in:\n{stdout}"
+        );
+    }
+    assert!(!stdout.contains(digits), "{stdout}");
+    // A value that is not a whole number is named by its key path and shown.
+    let out = common::run(
+        "",
+        &["--check"],
+        &[("APP_RATE_LIMIT__LOCAL__MAX_KEYS", "5x")],
+    );
+    assert_eq!(out.status.code(), Some(2));
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr
+            .lines()
+            .any(|l| l == r#"rate_limit.local.max_keys: must be a whole number, got "5x""#),
+        "{stderr}"
+    );
+}
+
+#[test]
 fn check_prints_effective_settings_with_secrets_redacted() {
     let config = format!(
         "[rate_limit]\nenabled = true\nprovider = \"redis\"\ndefault_policy = \"api\"\nsubject_secret = \"{}\"\n\n[rate_limit.redis]\nrole = \"coordination\"\nurl = \"redis://limiter:pw-do-not-print@127.0.0.1:6379/0\"\n\n[rate_limit.policies.api]\nalgorithm = \"gcra\"\nlimit = 10\nperiod = \"1s\"\nburst = 5\n",

@@ -19,9 +19,11 @@
 //! and its metrics layer, the Prometheus counters per request, the request-logging middleware,
 //! the idle Envoy RLS gRPC server and the limits-file watcher.
 //!
-//! Usage: `limitador-sidecar BIND REDIS_URL [SECONDS]` (environment overrides nothing). One limit
-//! is configured: namespace `api`, `max_value` 10^12 (every request is admitted), a window of
-//! `SECONDS` (default 60), one variable `descriptors[0].subject`.
+//! Usage: `limitador-sidecar BIND REDIS_URL [SECONDS]`. `LIMITADOR_SIDECAR_WORKERS=N` sets
+//! actix-web's worker count (unset or empty: actix's default, one per physical core), so that
+//! run.sh can give limitador the worker count it gives inbound-web. One limit is configured:
+//! namespace `api`, `max_value` 10^12 (every request is admitted), a window of `SECONDS`
+//! (default 60), one variable `descriptors[0].subject`.
 
 use std::collections::HashMap;
 
@@ -94,15 +96,23 @@ async fn main() -> anyhow::Result<()> {
 
     let limiter = web::Data::new(limiter);
     eprintln!("limitador-sidecar on {bind}, redis {redis_url}, window {seconds}s");
-    HttpServer::new(move || {
+    let server = HttpServer::new(move || {
         App::new()
             .app_data(limiter.clone())
             .route("/status", web::get().to(status))
             .route("/check_and_report", web::post().to(check_and_report))
-    })
-    .bind(&bind)
-    .with_context(|| format!("binding {bind}"))?
-    .run()
-    .await?;
+    });
+    let server = match std::env::var("LIMITADOR_SIDECAR_WORKERS") {
+        Ok(n) if !n.is_empty() => server.workers(
+            n.parse()
+                .context("LIMITADOR_SIDECAR_WORKERS must be a whole number")?,
+        ),
+        _ => server,
+    };
+    server
+        .bind(&bind)
+        .with_context(|| format!("binding {bind}"))?
+        .run()
+        .await?;
     Ok(())
 }
