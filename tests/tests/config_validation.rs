@@ -347,6 +347,25 @@ fn environment_overrides_file_keys_with_double_underscore_nesting() {
     assert!(matches!(s.rate_limit, RateLimitSettings::Disabled));
     let e = config::load(&env(&[("APP_RATE_LIMIT__ENABLED", "maybe")])).expect_err("not a boolean");
     problem_at(&e, "rate_limit.enabled");
+    // A quoted value is the text between the quotes; a bracketed one a list.
+    let s = config::load(&env(&[
+        ("APP_RATE_LIMIT__PROVIDER", "redis"),
+        ("APP_RATE_LIMIT__SUBJECT_SECRET", SECRET),
+        ("APP_RATE_LIMIT__REDIS__ROLE", "\"coordination\""),
+        ("APP_RATE_LIMIT__REDIS__TOPOLOGY", "cluster"),
+        (
+            "APP_RATE_LIMIT__REDIS__NODES",
+            r#"["redis://127.0.0.1:7000", "redis://127.0.0.1:7001"]"#,
+        ),
+        ("APP_RATE_LIMIT__REDIS__COMMAND_TIMEOUT", "\"30ms\""),
+    ]))
+    .unwrap_or_else(|e| panic!("{e}"));
+    let r = redis_of(s);
+    assert_eq!(r.command_timeout, std::time::Duration::from_millis(30));
+    match &r.topology {
+        adapter_redis::Topology::Cluster { nodes } => assert_eq!(nodes.len(), 2, "{nodes:?}"),
+        other => panic!("expected a cluster, got {other:?}"),
+    }
     // Overrides apply: provider redis from the environment now needs the redis keys.
     let e = config::load(&env(&[("APP_RATE_LIMIT__PROVIDER", "redis")]))
         .expect_err("redis without role, url, secret");

@@ -112,7 +112,7 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         if path.iter().any(String::is_empty) {
             continue;
         }
-        insert_path(&mut root, &path, Value::from(value));
+        insert_path(&mut root, &path, env_value(value));
     }
     figment = figment.merge(figment::providers::Serialized::defaults(root));
     let root: Dict = figment.extract().map_err(|e| {
@@ -154,6 +154,23 @@ pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
 fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     (name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix))
         .then(|| &name[prefix.len()..])
+}
+
+/// One environment value: the text itself, except that a value in double quotes is the text
+/// between them (`"50ms"`, as TOML writes a string) and a value in brackets is a TOML-like
+/// array (`["redis://a:7000", "redis://b:7001"]`).
+fn env_value(text: String) -> Value {
+    let t = text.trim();
+    if t.len() >= 2 && t.starts_with('"') && t.ends_with('"') {
+        return Value::from(t[1..t.len() - 1].to_owned());
+    }
+    if t.starts_with('[')
+        && t.ends_with(']')
+        && let Ok(array @ Value::Array(..)) = t.parse::<Value>()
+    {
+        return array;
+    }
+    Value::from(text)
 }
 
 /// The process's `APP_` variables; one that is not UTF-8 is a problem named by its key path.

@@ -33,7 +33,8 @@ pub struct HttpSettings {
     pub bind: SocketAddr,
     /// Tokio worker threads serving HTTP and the provider's connections; `None`: one per
     /// CPU (Tokio's default). A sidecar that shares its cores with the service and Redis
-    /// often does better with fewer (docs/performance.md, "One worker thread").
+    /// can do with fewer (docs/performance.md, "One worker thread, and the load generator's own
+    /// cost").
     pub worker_threads: Option<usize>,
 }
 
