@@ -105,10 +105,7 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         let Some(rest) = strip_prefix_ignore_case(&name, ENV_PREFIX) else {
             continue;
         };
-        let path: Vec<String> = rest
-            .split(ENV_SEPARATOR)
-            .map(|s| s.to_ascii_lowercase())
-            .collect();
+        let path = env_key_path(rest);
         if path.iter().any(String::is_empty) {
             continue;
         }
@@ -156,6 +153,14 @@ fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> 
         .then(|| &name[prefix.len()..])
 }
 
+/// The key path an `APP_` variable names, from the part after the prefix
+/// (`RATE_LIMIT__REDIS__URL` -> `rate_limit`, `redis`, `url`).
+fn env_key_path(rest: &str) -> Vec<String> {
+    rest.split(ENV_SEPARATOR)
+        .map(|s| s.to_ascii_lowercase())
+        .collect()
+}
+
 /// One environment value: the text itself, except that a value in double quotes is the text
 /// between them (`"50ms"`, as TOML writes a string) and a value in brackets is a TOML-like
 /// array (`["redis://a:7000", "redis://b:7001"]`).
@@ -185,11 +190,7 @@ fn process_env() -> Result<Vec<(String, String)>, ConfigErrors> {
         match value.into_string() {
             Ok(value) => vars.push((name.to_owned(), value)),
             Err(_) => problems.push(Problem {
-                path: rest
-                    .split(ENV_SEPARATOR)
-                    .collect::<Vec<_>>()
-                    .join(".")
-                    .to_ascii_lowercase(),
+                path: env_key_path(rest).join("."),
                 problem: format!("{name} is not valid UTF-8"),
             }),
         }
