@@ -6,8 +6,9 @@
 //! with a general combinator parser; together about a third of the sidecar's evaluation path
 //! (docs/performance.md, "Where the gap is"). Here a caller appends its command to the
 //! connection's output buffer and writes it itself without waiting (commands that arrive
-//! while a write is under way leave with the next one), and one reader task parses replies
-//! with a parser for exactly the RESP2 frames and hands each to its caller.
+//! while a write is under way leave with the next one, at most a few at a time), and one
+//! reader task parses replies with a parser for exactly the RESP2 frames and hands each to
+//! its caller.
 //!
 //! Failure certainty is what the provider needs: a call on a connection already known to be
 //! closed is [`WireError::NotSent`] (nothing reached the server); once a command is in the
@@ -29,6 +30,14 @@ use tokio::sync::{Notify, oneshot};
 /// A reply larger than this closes the connection (the programs' replies are ~100 bytes; the
 /// largest reply any start-up check reads, `INFO server`, a few KiB).
 const MAX_BUFFERED_REPLY: usize = 64 << 20;
+
+/// Commands queued behind a yielding writer at which the caller that queues the last of them
+/// writes them at once. Under load the one yield gathers every request that is ready (dozens),
+/// and Redis answers a batch only after running all of it: the app, Redis and the load
+/// generator then take turns, and on two shared cores a fifth of the CPU idled. Writing every
+/// eight lets Redis start while the app still parses the rest (docs/performance.md, "Smaller
+/// batches to Redis").
+const EAGER_WRITE_AT: usize = 8;
 
 /// Nesting beyond this is refused (the deepest reply read here, `CLUSTER SLOTS`, has 3).
 const MAX_DEPTH: usize = 16;
@@ -71,15 +80,29 @@ struct Queue {
     waiting: VecDeque<Waiter>,
     /// Someone is writing: new commands only append, the writer takes them next.
     flushing: bool,
+    /// Commands in `out`.
+    queued: usize,
     /// Why the connection ended, once it has.
     closed: Option<Arc<str>>,
 }
 
-/// The bytes being written and the socket's write half; only the holder of `flushing` uses it.
+/// The bytes being written and the socket's write half.
 struct Flight {
     io: Writer,
     buf: Vec<u8>,
     pos: usize,
+    /// The socket did not take everything and a task finishes the write. Until it is done
+    /// only that task touches the socket: the socket wakes one waiter only, the last to ask.
+    stalled: bool,
+}
+
+/// Who calls [`Shared::write_out`].
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum WriteBy {
+    /// A caller writing without waiting; it leaves a stalled write to the finisher.
+    Caller,
+    /// The task that finishes a stalled write.
+    Finisher,
 }
 
 struct Shared {
@@ -108,6 +131,7 @@ impl Shared {
             let why: Arc<str> = why.into();
             q.closed = Some(why.clone());
             q.out = Vec::new();
+            q.queued = 0;
             std::mem::take(&mut q.waiting)
         };
         let why: Arc<str> = why.into();
@@ -120,11 +144,15 @@ impl Shared {
     }
 
     /// Writes what is queued until nothing is, or until the socket cannot take more now
-    /// (`Pending`: `cx` is woken when it can). The caller holds `flushing`; it is released
-    /// here when the queue is empty.
-    fn write_out(&self, cx: &mut Context<'_>) -> Poll<()> {
+    /// (`Pending`: the write is stalled, and `cx` is woken when the socket can take more).
+    /// `flushing` is released here when the queue is empty. A caller that finds the write
+    /// stalled returns at once: the finisher takes what is queued.
+    fn write_out(&self, cx: &mut Context<'_>, by: WriteBy) -> Poll<()> {
         let mut flight = lock(&self.flight);
         let flight = &mut *flight;
+        if flight.stalled && by == WriteBy::Caller {
+            return Poll::Ready(());
+        }
         loop {
             if flight.pos == flight.buf.len() {
                 flight.buf.clear();
@@ -133,6 +161,7 @@ impl Shared {
                     let mut q = lock(&self.queue);
                     let more = !q.out.is_empty() && q.closed.is_none();
                     if more {
+                        q.queued = 0;
                         std::mem::swap(&mut q.out, &mut flight.buf);
                     }
                     more
@@ -145,11 +174,15 @@ impl Shared {
                             self.close(&format!("write failed: {e}"));
                             return Poll::Ready(());
                         }
-                        Poll::Pending => return Poll::Pending,
+                        Poll::Pending => {
+                            flight.stalled = true;
+                            return Poll::Pending;
+                        }
                     }
                     let mut q = lock(&self.queue);
                     if q.out.is_empty() || q.closed.is_some() {
                         q.flushing = false;
+                        flight.stalled = false;
                         return Poll::Ready(());
                     }
                     // More arrived while flushing: write it too.
@@ -166,7 +199,10 @@ impl Shared {
                     self.close(&format!("write failed: {e}"));
                     return Poll::Ready(());
                 }
-                Poll::Pending => return Poll::Pending,
+                Poll::Pending => {
+                    flight.stalled = true;
+                    return Poll::Pending;
+                }
             }
         }
     }
@@ -239,12 +275,14 @@ impl Conn {
                 out: Vec::with_capacity(4096),
                 waiting: VecDeque::with_capacity(64),
                 flushing: false,
+                queued: 0,
                 closed: None,
             }),
             flight: Mutex::new(Flight {
                 io: write,
                 buf: Vec::with_capacity(4096),
                 pos: 0,
+                stalled: false,
             }),
             closing: Notify::new(),
         });
@@ -264,7 +302,7 @@ impl Conn {
         skip: usize,
     ) -> Result<Value, WireError> {
         let (tx, rx) = oneshot::channel();
-        let write = {
+        let (duty, eager) = {
             let mut q = lock(&self.shared.queue);
             if let Some(why) = &q.closed {
                 return Err(WireError::NotSent(why.clone()));
@@ -274,15 +312,21 @@ impl Conn {
                 q.waiting.push_back(Waiter::Discard);
             }
             q.waiting.push_back(Waiter::Call(tx));
-            !std::mem::replace(&mut q.flushing, true)
+            q.queued += skip + 1;
+            let duty = !std::mem::replace(&mut q.flushing, true);
+            (duty, !duty && q.queued >= EAGER_WRITE_AT)
         };
-        if write {
+        if eager {
+            self.write_now();
+        }
+        if duty {
             // Let the tasks that are ready now run first: their commands join this write.
-            // Under load that is many commands per write (Redis then reads and answers them
-            // together, at a fraction of the CPU per command); when idle it costs one yield.
-            let duty = WriteDuty(self);
+            // Under load that is several commands per write (Redis then reads and answers
+            // them together, at a fraction of the CPU per command; every `EAGER_WRITE_AT`th
+            // leaves at once); when idle it costs one yield.
+            let write_after_yield = WriteDuty(self);
             tokio::task::yield_now().await;
-            drop(duty);
+            drop(write_after_yield);
         }
         match rx.await {
             Ok(reply) => reply,
@@ -295,11 +339,15 @@ impl Conn {
     /// so a caller that gives up (a timeout) never leaves half a command behind.
     fn write_now(&self) {
         let mut cx = Context::from_waker(Waker::noop());
-        if self.shared.write_out(&mut cx).is_pending() {
+        // `Pending` only for the caller that found the write not stalled and stalled it: one
+        // finisher per stall.
+        if self.shared.write_out(&mut cx, WriteBy::Caller).is_pending() {
             let shared = self.shared.clone();
             match tokio::runtime::Handle::try_current() {
                 Ok(runtime) => {
-                    runtime.spawn(async move { poll_fn(|cx| shared.write_out(cx)).await });
+                    runtime.spawn(async move {
+                        poll_fn(|cx| shared.write_out(cx, WriteBy::Finisher)).await;
+                    });
                 }
                 // Dropped outside a runtime (it is shutting down): nobody can finish the write.
                 Err(_) => shared.close("runtime gone with a write half done"),
@@ -751,26 +799,8 @@ mod tests {
     #[tokio::test(flavor = "current_thread")]
     async fn calls_made_while_others_run_leave_in_one_write() {
         use tokio::io::AsyncWriteExt;
-        let (client, mut server) = tokio::io::duplex(4096);
-        let (read, write) = tokio::io::split(client);
-        let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-        let (conn, driver) = Conn::from_halves(
-            Box::new(read),
-            Box::new(CountingWriter {
-                inner: write,
-                writes: writes.clone(),
-            }),
-        );
-        tokio::spawn(driver);
-        let calls: Vec<_> = (0..3)
-            .map(|i| {
-                let conn = conn.clone();
-                tokio::spawn(async move {
-                    let get = redis::cmd("GET").arg(i).to_owned();
-                    conn.call(|out| get.write_packed_command(out), 0).await
-                })
-            })
-            .collect();
+        let (conn, mut server, writes) = piped(4096);
+        let calls: Vec<_> = (0..3).map(|i| spawn_get(&conn, i)).collect();
         let mut sent = vec![0u8; 4096];
         let n = server.read(&mut sent).await.expect("read");
         server
@@ -794,6 +824,125 @@ mod tests {
             1,
             "three calls, one write"
         );
+    }
+
+    /// A connection over an in-memory pipe of `capacity` bytes: the connection, the server's
+    /// end and the count of writes handed to the pipe.
+    fn piped(
+        capacity: usize,
+    ) -> (
+        Conn,
+        tokio::io::DuplexStream,
+        Arc<std::sync::atomic::AtomicUsize>,
+    ) {
+        let (client, server) = tokio::io::duplex(capacity);
+        let (read, write) = tokio::io::split(client);
+        let writes = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let (conn, driver) = Conn::from_halves(
+            Box::new(read),
+            Box::new(CountingWriter {
+                inner: write,
+                writes: writes.clone(),
+            }),
+        );
+        tokio::spawn(driver);
+        (conn, server, writes)
+    }
+
+    /// `GET i` on `conn` in a task of its own.
+    fn spawn_get(conn: &Conn, i: usize) -> tokio::task::JoinHandle<Result<Value, WireError>> {
+        let conn = conn.clone();
+        tokio::spawn(async move {
+            let get = redis::cmd("GET").arg(i).to_owned();
+            conn.call(|out| get.write_packed_command(out), 0).await
+        })
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn every_eighth_call_queued_behind_a_yield_leaves_at_once() {
+        use tokio::io::AsyncWriteExt;
+        let (conn, mut server, writes) = piped(1 << 16);
+        let calls: Vec<_> = (0..20).map(|i| spawn_get(&conn, i)).collect();
+        let mut expected = Vec::new();
+        for i in 0..20 {
+            redis::cmd("GET").arg(i).write_packed_command(&mut expected);
+        }
+        let mut sent = Vec::new();
+        while sent.len() < expected.len() {
+            let mut buf = [0u8; 4096];
+            let n = server.read(&mut buf).await.expect("read");
+            assert!(n > 0, "the connection ended");
+            sent.extend_from_slice(&buf[..n]);
+        }
+        assert_eq!(sent, expected, "every command, in the order of the calls");
+        let replies: Vec<u8> = (0..20)
+            .flat_map(|i| format!(":{i}\r\n").into_bytes())
+            .collect();
+        server.write_all(&replies).await.expect("write");
+        for (i, call) in calls.into_iter().enumerate() {
+            let i = i64::try_from(i).expect("small");
+            assert_eq!(call.await.expect("call task"), Ok(Value::Int(i)));
+        }
+        assert_eq!(
+            writes.load(std::sync::atomic::Ordering::Relaxed),
+            3,
+            "the 8th and the 16th call write at once, the first call the last four after its yield"
+        );
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stalled_write_is_finished_while_more_calls_queue_and_write() {
+        use tokio::io::AsyncWriteExt;
+        // The pipe takes 16 bytes at a time: writes stall again and again while calls on two
+        // threads keep queueing (and every eighth tries to write). The server answers each
+        // `GET i` with `i`, so a lost, repeated, cut or reordered command shows.
+        let (conn, mut server, _writes) = piped(16);
+        let shared = Arc::downgrade(&conn.shared);
+        let calls: Vec<_> = (0..300).map(|i| spawn_get(&conn, i)).collect();
+        drop(conn);
+        let serve = async {
+            let mut got = Vec::new();
+            let mut answered = 0;
+            while answered < 300 {
+                let mut buf = [0u8; 64];
+                let n = server.read(&mut buf).await.expect("read");
+                assert!(n > 0, "the connection ended");
+                got.extend_from_slice(&buf[..n]);
+                while let Some((command, used)) = parse(&got).expect("a well-formed command") {
+                    got.drain(..used);
+                    let Value::Array(parts) = command else {
+                        panic!("not a command: {command:?}")
+                    };
+                    let Some(Value::BulkString(key)) = parts.get(1) else {
+                        panic!("no key: {parts:?}")
+                    };
+                    let reply = format!(":{}\r\n", String::from_utf8_lossy(key));
+                    server.write_all(reply.as_bytes()).await.expect("write");
+                    answered += 1;
+                }
+            }
+        };
+        let checked = async {
+            serve.await;
+            for (i, call) in calls.into_iter().enumerate() {
+                let i = i64::try_from(i).expect("small");
+                assert_eq!(call.await.expect("call task"), Ok(Value::Int(i)));
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(20), checked)
+            .await
+            .expect("every call answered: a stalled write was not left without its finisher");
+        // Closing the server's end ends the reader. Then nothing may hold the connection: a
+        // second writer waiting on the socket would have been left there, never woken.
+        drop(server);
+        let released = async {
+            while shared.upgrade().is_some() {
+                tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+            }
+        };
+        tokio::time::timeout(std::time::Duration::from_secs(5), released)
+            .await
+            .expect("no task is left holding the connection");
     }
 
     #[tokio::test]
