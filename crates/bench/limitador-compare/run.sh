@@ -43,6 +43,8 @@
 #                    limitador-sidecar's actix-web workers (LIMITADOR_SIDECAR_WORKERS); empty:
 #                    each server's default (one per CPU for inbound-web, one per physical core
 #                    for actix-web)
+#   INBOUND_WORKERS, LIMITADOR_WORKERS  the same for one server only (default: WORKERS), to
+#                    run each in the configuration it does best in; `default` for its default
 #   CARGO_TARGET_DIR the workspace's target dir (inbound-web), as for cargo
 #   LIMITADOR_TARGET_DIR  target dir of this crate (default: <workspace target>/limitador-compare);
 #                    the first build compiles RocksDB (limitador's default `disk_storage`
@@ -104,8 +106,12 @@ until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do
 done
 
 # inbound-web's configuration: the redis mode of crates/inbound-web/bench/run.sh.
+INBOUND_WORKERS=${INBOUND_WORKERS:-${WORKERS:-}}
+LIMITADOR_WORKERS=${LIMITADOR_WORKERS:-${WORKERS:-}}
+[ "$INBOUND_WORKERS" != default ] || INBOUND_WORKERS=
+[ "$LIMITADOR_WORKERS" != default ] || LIMITADOR_WORKERS=
 WORKERS_LINE=
-[ -z "${WORKERS:-}" ] || WORKERS_LINE="worker_threads = $WORKERS"
+[ -z "$INBOUND_WORKERS" ] || WORKERS_LINE="worker_threads = $INBOUND_WORKERS"
 cat >"$TMP/floor.toml" <<EOF
 [http]
 bind = "127.0.0.1:$HPORT"
@@ -158,7 +164,7 @@ probe() { # $1 = server
 start() { # $1 = server
   redis-cli -p "$RPORT" FLUSHALL >/dev/null
   case $1 in
-    limitador) LIMITADOR_SIDECAR_WORKERS=${WORKERS:-} "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
+    limitador) LIMITADOR_SIDECAR_WORKERS=$LIMITADOR_WORKERS "$LIMITADOR" "127.0.0.1:$HPORT" "redis://127.0.0.1:$RPORT/0" "$WINDOW" 2>"$TMP/app.log" & ;;
     inbound-web) RUST_LOG=warn "$INBOUND" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
     baseline) RUST_LOG=warn "$BASELINE" --config "$TMP/inbound.toml" 2>"$TMP/app.log" & ;;
     floor) RUST_LOG=warn "$INBOUND" --config "$TMP/floor.toml" 2>"$TMP/app.log" & ;;
@@ -248,7 +254,7 @@ measure() { # $1 = round, $2 = server
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) cores, $(redis-server --version | cut -d' ' -f3)," \
   "uptime: $(uptime | sed 's/^ *//')"
 echo "# each run: wrk $WRK_ARGS (random subjects over 1,000,000), warm-up $WARMUP, Redis flushed before it," \
-  "worker threads: ${WORKERS:-each server's default}"
+  "worker threads: inbound-web ${INBOUND_WORKERS:-default}, limitador ${LIMITADOR_WORKERS:-default}"
 : >"$TMP/results"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
