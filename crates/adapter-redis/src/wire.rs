@@ -6,9 +6,9 @@
 //! with a general combinator parser; together about a third of the sidecar's evaluation path
 //! (docs/performance.md, "Where the gap is"). Here a caller appends its command to the
 //! connection's output buffer and writes it itself without waiting (commands that arrive
-//! while a write is under way leave with the next one, at most a few at a time), and one
-//! reader task parses replies with a parser for exactly the RESP2 frames and hands each to
-//! its caller.
+//! while a write is under way leave with the next one; the eighth queued behind a yielding
+//! writer leaves at once), and one reader task parses replies with a parser for exactly the
+//! RESP2 frames and hands each to its caller.
 //!
 //! Failure certainty is what the provider needs: a call on a connection already known to be
 //! closed is [`WireError::NotSent`] (nothing reached the server); once a command is in the
