@@ -1,4 +1,5 @@
-//! Composition: validated settings -> the provider, its decorators and the subject hasher.
+//! Composition: validated settings -> the provider, its decorators and the subject hasher,
+//! and from them the middleware's [`Limiter`].
 //!
 //! ```text
 //! local:  LocalProvider
@@ -14,12 +15,12 @@ use std::time::Duration;
 
 use adapter_local::LocalProvider;
 use adapter_redis::RedisProvider;
+use edge_middleware::{BreakerGauge, Limiter, SubjectHasher, SubjectSecret};
 use shared_contract::{EdgeRateLimitPort, FailurePolicy, SystemClock};
 
 use crate::breaker::CircuitBreaker;
 use crate::fallback::LocalFallback;
 use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
-use crate::subject::{SubjectHasher, SubjectSecret};
 
 /// Why the limiter could not be built from valid settings.
 #[derive(Debug, thiserror::Error)]
@@ -30,7 +31,8 @@ pub enum BuildError {
     Redis(#[from] adapter_redis::Error),
 }
 
-/// An enabled limiter: the composed port and what the edge needs around it.
+/// An enabled limiter: the composed port and what the edge needs around it. An application
+/// that composes its own port builds the middleware's `Limiter` from it directly.
 #[derive(Debug, Clone)]
 pub struct RateLimitRuntime {
     port: Arc<dyn EdgeRateLimitPort>,
@@ -42,23 +44,6 @@ pub struct RateLimitRuntime {
 }
 
 impl RateLimitRuntime {
-    /// A runtime around any port (tests, or applications that compose their own).
-    pub fn from_port(
-        port: Arc<dyn EdgeRateLimitPort>,
-        hasher: SubjectHasher,
-        failure_policy: FailurePolicy,
-        budget: Duration,
-    ) -> Self {
-        Self {
-            port,
-            hasher,
-            failure_policy,
-            budget,
-            breaker: None,
-            provider: "custom",
-        }
-    }
-
     /// The composed port (provider plus decorators).
     pub fn port(&self) -> &Arc<dyn EdgeRateLimitPort> {
         &self.port
@@ -85,6 +70,26 @@ impl RateLimitRuntime {
     /// `"local"` or `"redis"`.
     pub fn provider_name(&self) -> &'static str {
         self.provider
+    }
+
+    /// The middleware's limiter over this runtime: its port, hasher, failure policy, budget and
+    /// provider name, and the breaker's state gauge when there is a breaker.
+    ///
+    /// Registers the limiter's metrics: install the metrics recorder first.
+    pub fn into_limiter(self) -> Limiter {
+        let limiter = Limiter::new(self.port, self.hasher, self.failure_policy, self.budget)
+            .with_provider_name(self.provider);
+        match self.breaker {
+            Some(breaker) => limiter.with_breaker(breaker),
+            None => limiter,
+        }
+    }
+}
+
+/// The breaker as the edge's `/metrics` shows it.
+impl BreakerGauge for CircuitBreaker {
+    fn gauge(&self) -> f64 {
+        self.state().gauge()
     }
 }
 

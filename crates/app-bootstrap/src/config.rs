@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use adapter_local::LocalSettings;
 use adapter_redis::{RedisSettings, Topology};
+use edge_middleware::SubjectSecret;
 use figment::Figment;
 use figment::providers::{Format, Toml};
 use figment::value::{Dict, Value};
@@ -31,14 +32,11 @@ use crate::settings::{
     BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
     RedisProviderSettings, RouteSettings, Settings, SubjectSource,
 };
-use crate::subject::SubjectSecret;
 
 /// Prefix of the environment variables that override file keys (`APP_RATE_LIMIT__ENABLED`).
 pub const ENV_PREFIX: &str = "APP_";
 /// Separator of nested keys in environment variable names.
 pub const ENV_SEPARATOR: &str = "__";
-/// Largest raw subject accepted at the edge, in bytes.
-pub const MAX_SUBJECT_BYTES: usize = 256;
 
 /// One configuration problem: the full key path and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]

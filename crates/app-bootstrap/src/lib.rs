@@ -9,13 +9,15 @@
 //! | --- | --- |
 //! | [`config`] | figment (TOML + `APP_` env) and the validation pass that reports every problem with its key path |
 //! | [`settings`] | the validated settings, and their redacted rendering for `--check` |
-//! | [`subject`] | the HMAC-SHA256 subject secret and hasher used at the edge |
 //! | [`breaker`] | the circuit breaker decorator around the redis provider |
 //! | [`fallback`] | the `fallback_local` decorator |
 //! | [`compose`] | settings -> [`RateLimitRuntime`] |
 //! | [`gates`] | `[event_gates.*]` -> [`GateRuntime`] (the gate provider and its publisher) |
 //!
-//! This is the only crate that names the adapters (`adapter-local`, `adapter-redis`).
+//! This is the only crate that names the adapters (`adapter-local`, `adapter-redis`). The
+//! subject secret, hasher and source are the middleware's (`edge-middleware`), re-exported
+//! here because configuration produces them; [`RateLimitRuntime::into_limiter`] hands the
+//! composed port to the middleware.
 //!
 //! ## Features
 //!
@@ -29,14 +31,13 @@ pub mod config;
 pub mod fallback;
 pub mod gates;
 pub mod settings;
-pub mod subject;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
 pub use config::{ConfigErrors, Problem, Sources, load};
+pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
     BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
     RouteSettings, Settings, SubjectSource,
 };
-pub use subject::{SecretError, SubjectHasher, SubjectSecret};

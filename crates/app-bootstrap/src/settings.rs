@@ -10,11 +10,13 @@ use std::time::Duration;
 
 use adapter_local::LocalSettings;
 use adapter_redis::{RedisSettings, Topology};
+use edge_middleware::SubjectSecret;
 use figment::value::Value;
 use shared_contract::gate::GateSet;
 use shared_contract::{Algorithm, FailurePolicy, PolicyId, PolicySet};
 
-use crate::subject::SubjectSecret;
+/// Where a route's subject is read: the middleware's type, which reads it.
+pub use edge_middleware::SubjectSource;
 
 /// Everything the reference app is configured with.
 #[derive(Debug, Clone)]
@@ -125,50 +127,6 @@ pub struct RouteSettings {
     /// `None`: the default policy.
     pub policy: Option<PolicyId>,
     pub subject: SubjectSource,
-}
-
-/// Where the middleware reads a request's subject.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum SubjectSource {
-    /// A request header, by lower-case name.
-    Header(String),
-    /// The peer's IP address.
-    Ip,
-}
-
-impl SubjectSource {
-    /// Parses `"header:NAME"` or `"ip"`.
-    ///
-    /// # Errors
-    /// A message saying what is wrong with `s`.
-    pub fn parse(s: &str) -> Result<Self, String> {
-        if s == "ip" {
-            return Ok(Self::Ip);
-        }
-        match s.strip_prefix("header:") {
-            Some(name)
-                if !name.is_empty()
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) =>
-            {
-                Ok(Self::Header(name.to_ascii_lowercase()))
-            }
-            Some(name) => Err(format!("{name:?} is not a valid header name")),
-            None => Err(format!(
-                "{s:?} is not a subject source; use \"header:NAME\" or \"ip\""
-            )),
-        }
-    }
-}
-
-impl std::fmt::Display for SubjectSource {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            SubjectSource::Header(h) => write!(f, "header:{h}"),
-            SubjectSource::Ip => f.write_str("ip"),
-        }
-    }
 }
 
 /// Shows a Redis URL with its password replaced.

@@ -15,16 +15,12 @@ use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
+use edge_middleware::headers::ceil_secs;
+use edge_middleware::limiter::names;
+use edge_middleware::{Limiter, MAX_SUBJECT_BYTES, PolicyIndex, problem};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Deserializer};
 use shared_contract::{Cost, RateLimitDecision, RateLimitOutcome, Readiness};
-
-use crate::headers::ceil_secs;
-use crate::limiter::{Limiter, PolicyIndex};
-use crate::problem;
-
-/// Largest raw subject accepted, in bytes.
-pub const MAX_SUBJECT_BYTES: usize = app_bootstrap::config::MAX_SUBJECT_BYTES;
 
 /// What the API handlers share.
 #[derive(Debug)]
@@ -105,7 +101,10 @@ fn json(status: StatusCode, body: impl Into<Body>) -> Response {
     r
 }
 
-/// `POST /v1/evaluate`. See interface.md for the JSON and the status codes.
+/// `POST /v1/evaluate` with `{"policy"?, "subject", "cost"?}` (policy: the default one; cost:
+/// 1). 200 allowed, 429 denied (both with the decision), 503 when the provider could not
+/// decide and the failure policy does not let the request through, or when rate limiting is
+/// disabled; 400 problem+json for a body the limiter refuses.
 pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Response {
     let Some(limiter) = &state.limiter else {
         return json(
@@ -169,7 +168,8 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
     respond(limiter, &outcome)
 }
 
-/// The outcome as interface.md's JSON, with its status and `Retry-After`.
+/// The outcome as `/v1/evaluate`'s JSON (the decision, or `outcome`, `policy` and what is
+/// known about the failure), with its status and `Retry-After`.
 pub fn respond(limiter: &Limiter, outcome: &RateLimitOutcome) -> Response {
     let (status, retry_ms, body) = match outcome {
         RateLimitOutcome::Evaluated(d) if d.allowed => (StatusCode::OK, 0, decision_json(d)),
@@ -295,8 +295,8 @@ pub async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
             r#"{"status":"ready","rate_limit":"disabled"}"#.to_owned(),
         );
     };
-    let provider = limiter.runtime().provider_name();
-    match limiter.runtime().port().readiness().await {
+    let provider = limiter.provider_name();
+    match limiter.port().readiness().await {
         Readiness::Ready => json(
             StatusCode::OK,
             serde_json::json!({"status": "ready", "provider": provider}).to_string(),
@@ -324,8 +324,8 @@ pub async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
 pub async fn metrics(State(state): State<Arc<ApiState>>) -> Response {
     // The breaker exports its state on every transition; refreshing it here as well keeps
     // the gauge right even if the recorder was installed after the breaker was built.
-    if let Some(b) = state.limiter.as_ref().and_then(|l| l.breaker_state()) {
-        metrics::gauge!(crate::limiter::names::BREAKER_STATE).set(b.gauge());
+    if let Some(gauge) = state.limiter.as_ref().and_then(|l| l.breaker_gauge()) {
+        metrics::gauge!(names::BREAKER_STATE).set(gauge);
     }
     let text = state
         .prometheus

@@ -7,15 +7,22 @@ use std::sync::Arc;
 use app_bootstrap::RouteSettings;
 use axum::Router;
 use axum::body::Body;
-use axum::http::{HeaderValue, Request, header};
+use axum::extract::ConnectInfo;
+use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
 use axum::routing::{get, post};
+use edge_middleware::{RateLimitLayer, Rule, problem};
 use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
 use crate::gates::GateApi;
-use crate::layer::{RateLimitLayer, Rule};
-use crate::problem;
+
+/// The peer address [`serve`] records for each connection, for `ip` subjects.
+fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
+    extensions
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip())
+}
 
 /// The demo upstream: 200 `{"ok":true}` on every path below a configured prefix.
 fn upstream(
@@ -82,7 +89,7 @@ pub fn router_with_gates(
                     )
                 })
                 .collect();
-            let layer = RateLimitLayer::new(limiter.clone(), rules);
+            let layer = RateLimitLayer::new(limiter.clone(), rules).with_peer_ip(peer_ip);
             api.fallback_service(tower::ServiceBuilder::new().layer(layer).service(demo))
         }
         None => api.fallback_service(demo.map_err(|e: std::convert::Infallible| e)),

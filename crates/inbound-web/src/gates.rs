@@ -22,6 +22,8 @@ use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use axum::routing::{get, post};
+use edge_middleware::headers::ceil_secs;
+use edge_middleware::problem;
 use serde::Deserialize;
 use serde_json::{Value, json};
 use shared_contract::Deadline;
@@ -29,9 +31,6 @@ use shared_contract::gate::{
     EventId, EventKey, EventRecord, GateId, GateOutcome, GateRequestError, Snapshot, StatusUpdate,
     SubmitOutcome, SubmitRequest,
 };
-
-use crate::headers::ceil_secs;
-use crate::problem;
 
 /// What the gate handlers share: the gates, when any is configured.
 #[derive(Debug)]

@@ -1,4 +1,4 @@
-//! `inbound-web [--config PATH] [--check]`: the reference app (see interface.md).
+//! `inbound-web [--config PATH] [--check]`: the reference app.
 //!
 //! Exit status: 0 when served and shut down cleanly (or, with `--check`, when the
 //! configuration is valid); 2 for an invalid configuration, one line per problem on stderr;
@@ -11,8 +11,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use clap::Parser;
+use edge_middleware::limiter::names;
 use inbound_web::api::ApiState;
-use inbound_web::limiter::{Limiter, names};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// The rate-limit reference app: the middleware in front of a demo upstream, and the
@@ -100,7 +100,7 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
     };
 
     let limiter = match app_bootstrap::build(&settings.rate_limit).await {
-        Ok(Some(runtime)) => Some(Arc::new(Limiter::new(runtime))),
+        Ok(Some(runtime)) => Some(Arc::new(runtime.into_limiter())),
         Ok(None) => {
             tracing::info!("rate limiting disabled: no provider, connection or task was created");
             None

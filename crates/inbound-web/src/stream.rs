@@ -267,7 +267,7 @@ async fn pump_inner(
     }
 }
 
-/// The WebSocket subprotocol of STOMP 1.2 (seed 001: "STOMP over Websocket").
+/// The WebSocket subprotocol name of STOMP 1.2 (the "STOMP over WebSocket" convention).
 pub const STOMP_PROTOCOL: &str = "v12.stomp";
 
 /// One received STOMP frame (only what the handshake needs).

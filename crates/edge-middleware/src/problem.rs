@@ -3,10 +3,12 @@
 //! 429 uses the quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11 with
 //! its `violated-policies` member; 503 and 400 use `about:blank` with the HTTP status title,
 //! plus a `detail` and machine-readable members (`outcome`, `category`, `error`).
+//!
+//! Every response is generic over its body type `B`, which only has to be buildable from the
+//! JSON text (`From<String>`: axum's `Body`, `String`, http-body-util's `Full<Bytes>`), so
+//! the same problems serve any tower stack.
 
-use axum::body::Body;
-use axum::http::{HeaderValue, StatusCode, header};
-use axum::response::Response;
+use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 use shared_contract::RateLimitOutcome;
 
@@ -14,8 +16,8 @@ pub const CONTENT_TYPE: &str = "application/problem+json";
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A problem+json response with `body` (which must carry `type`, `title` and `status`).
-pub fn respond(status: StatusCode, body: serde_json::Value) -> Response {
-    let mut r = Response::new(Body::from(body.to_string()));
+pub fn respond<B: From<String>>(status: StatusCode, body: serde_json::Value) -> Response<B> {
+    let mut r = Response::new(B::from(body.to_string()));
     *r.status_mut() = status;
     r.headers_mut()
         .insert(header::CONTENT_TYPE, HeaderValue::from_static(CONTENT_TYPE));
@@ -23,7 +25,7 @@ pub fn respond(status: StatusCode, body: serde_json::Value) -> Response {
 }
 
 /// 429 for a request that exceeded `violated` policies.
-pub fn quota_exceeded(violated: &[&str]) -> Response {
+pub fn quota_exceeded<B: From<String>>(violated: &[&str]) -> Response<B> {
     respond(
         StatusCode::TOO_MANY_REQUESTS,
         json!({
@@ -36,7 +38,7 @@ pub fn quota_exceeded(violated: &[&str]) -> Response {
 }
 
 /// 503 for an outcome that is not a decision, under `fail_closed`.
-pub fn unavailable(outcome: &RateLimitOutcome) -> Response {
+pub fn unavailable<B: From<String>>(outcome: &RateLimitOutcome) -> Response<B> {
     let (category, retry) = match outcome {
         RateLimitOutcome::Unavailable {
             category,
@@ -65,7 +67,7 @@ pub fn unavailable(outcome: &RateLimitOutcome) -> Response {
 }
 
 /// 400 for a request the limiter refuses to evaluate (`error` is a stable code).
-pub fn bad_request(error: &str, detail: &str) -> Response {
+pub fn bad_request<B: From<String>>(error: &str, detail: &str) -> Response<B> {
     respond(
         StatusCode::BAD_REQUEST,
         json!({
@@ -79,7 +81,7 @@ pub fn bad_request(error: &str, detail: &str) -> Response {
 }
 
 /// 500 for a configuration the port refused at run time (should not happen: validated).
-pub fn internal(detail: &str) -> Response {
+pub fn internal<B: From<String>>(detail: &str) -> Response<B> {
     respond(
         StatusCode::INTERNAL_SERVER_ERROR,
         json!({
@@ -92,7 +94,7 @@ pub fn internal(detail: &str) -> Response {
 }
 
 /// 404 for a path no route serves.
-pub fn not_found() -> Response {
+pub fn not_found<B: From<String>>() -> Response<B> {
     respond(
         StatusCode::NOT_FOUND,
         json!({"type": "about:blank", "title": "Not Found", "status": 404}),

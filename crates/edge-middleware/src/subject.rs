@@ -1,4 +1,5 @@
-//! Subject pseudonymization at the edge: `HMAC-SHA256(secret, raw subject)`.
+//! The subject of a request: where the edge reads it ([`SubjectSource`]), how long it may be
+//! ([`MAX_SUBJECT_BYTES`]), and its pseudonymization, `HMAC-SHA256(secret, raw subject)`.
 //!
 //! The raw subject (an API key, a user id, an IP address) is digested once, where the request
 //! enters, and only the 32-byte digest travels on: into the port, into Redis keys. The key
@@ -11,6 +12,53 @@ use std::fmt;
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 use shared_contract::SubjectDigest;
+
+/// Largest raw subject accepted at the edge, in bytes.
+pub const MAX_SUBJECT_BYTES: usize = 256;
+
+/// Where the middleware reads a request's subject.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum SubjectSource {
+    /// A request header, by lower-case name.
+    Header(String),
+    /// The peer's IP address.
+    Ip,
+}
+
+impl SubjectSource {
+    /// Parses `"header:NAME"` or `"ip"`.
+    ///
+    /// # Errors
+    /// A message saying what is wrong with `s`.
+    pub fn parse(s: &str) -> Result<Self, String> {
+        if s == "ip" {
+            return Ok(Self::Ip);
+        }
+        match s.strip_prefix("header:") {
+            Some(name)
+                if !name.is_empty()
+                    && name
+                        .bytes()
+                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) =>
+            {
+                Ok(Self::Header(name.to_ascii_lowercase()))
+            }
+            Some(name) => Err(format!("{name:?} is not a valid header name")),
+            None => Err(format!(
+                "{s:?} is not a subject source; use \"header:NAME\" or \"ip\""
+            )),
+        }
+    }
+}
+
+impl fmt::Display for SubjectSource {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            SubjectSource::Header(h) => write!(f, "header:{h}"),
+            SubjectSource::Ip => f.write_str("ip"),
+        }
+    }
+}
 
 /// Why a subject secret was refused. The secret itself is never shown.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -30,8 +78,11 @@ pub struct SubjectSecret {
 impl SubjectSecret {
     /// Shortest accepted secret: 32 bytes, the output size of SHA-256.
     pub const MIN_LEN: usize = 32;
+    /// The `source` labels of the reference app's configuration keys (any label will do
+    /// for a secret built in code: it is only shown, never interpreted).
     pub const FILE_SOURCE: &'static str = "rate_limit.subject_secret_file";
     pub const INLINE_SOURCE: &'static str = "rate_limit.subject_secret";
+    /// The label of [`SubjectSecret::random`].
     pub const RANDOM_SOURCE: &'static str = "a random per-process key";
 
     /// # Errors

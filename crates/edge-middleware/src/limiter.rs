@@ -5,19 +5,25 @@
 //! is built, by `/v1/evaluate` through a name table), and each policy's metric handles are
 //! registered when the [`Limiter`] is built. An evaluation therefore looks nothing up by name:
 //! it records with atomic increments and allocates no label strings.
+//!
+//! A [`Limiter`] is built from plain parts (the port, the subject hasher, the failure policy,
+//! the deadline budget), so any composition of the port can be put behind the edge: the
+//! reference app's, or one an application builds in code.
 
 use std::collections::HashMap;
+use std::fmt;
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
-use app_bootstrap::{BreakerState, RateLimitRuntime};
 use metrics::{Counter, Histogram};
 use shared_contract::{
-    Cost, Deadline, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest, RequestError,
+    Cost, Deadline, EdgeRateLimitPort, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, RequestError,
 };
 use tracing::Instrument as _;
+
+use crate::subject::SubjectHasher;
 
 /// Metric names, as `/metrics` shows them.
 pub mod names {
@@ -75,10 +81,21 @@ struct Entry {
     metrics: PolicyMetrics,
 }
 
+/// A circuit breaker around the port, as far as the edge sees it: the value of the
+/// [`names::BREAKER_STATE`] gauge (0 closed, 1 open, 2 half open), refreshed on every scrape.
+pub trait BreakerGauge: Send + Sync + fmt::Debug {
+    fn gauge(&self) -> f64;
+}
+
 /// The edge's view of an enabled limiter. Cheap to share (`Arc<Limiter>`).
 #[derive(Debug)]
 pub struct Limiter {
-    runtime: RateLimitRuntime,
+    port: Arc<dyn EdgeRateLimitPort>,
+    hasher: SubjectHasher,
+    failure_policy: FailurePolicy,
+    budget: Duration,
+    breaker: Option<Arc<dyn BreakerGauge>>,
+    provider: &'static str,
     entries: Vec<Entry>,
     by_id: HashMap<PolicyId, PolicyIndex>,
     default: PolicyIndex,
@@ -86,11 +103,20 @@ pub struct Limiter {
 }
 
 impl Limiter {
-    /// Registers the metrics of every policy of `runtime` (install the metrics recorder
+    /// A limiter over `port`: each evaluation digests its subject with `hasher` and gets a
+    /// deadline `budget` from now ([`Deadline::MAX_BUDGET`] when `budget` is zero or longer
+    /// than that); `failure_policy` says
+    /// whether a request the port could not decide goes through.
+    ///
+    /// Registers the metrics of every policy of the port (install the metrics recorder
     /// first; without one, recording is a no-op).
-    pub fn new(runtime: RateLimitRuntime) -> Self {
-        let entries: Vec<Entry> = runtime
-            .port()
+    pub fn new(
+        port: Arc<dyn EdgeRateLimitPort>,
+        hasher: SubjectHasher,
+        failure_policy: FailurePolicy,
+        budget: Duration,
+    ) -> Self {
+        let entries: Vec<Entry> = port
             .policies()
             .iter()
             .map(|p| Entry {
@@ -106,18 +132,38 @@ impl Limiter {
         // A policy set always holds its default, so the fallback (the first policy) is never
         // taken.
         let default = by_id
-            .get(runtime.port().policies().default_id())
+            .get(port.policies().default_id())
             .copied()
             .unwrap_or(PolicyIndex(0));
         let errors = ERROR_CATEGORIES
             .map(|category| metrics::counter!(names::PROVIDER_ERRORS, "category" => category));
         Self {
-            runtime,
+            port,
+            hasher,
+            failure_policy,
+            budget,
+            breaker: None,
+            provider: "custom",
             entries,
             by_id,
             default,
             errors,
         }
+    }
+
+    /// The same limiter, reporting `breaker`'s state on `/metrics`.
+    #[must_use]
+    pub fn with_breaker(mut self, breaker: Arc<dyn BreakerGauge>) -> Self {
+        self.breaker = Some(breaker);
+        self
+    }
+
+    /// The same limiter, naming its provider `provider` (`/readyz` shows it; `"custom"` until
+    /// named).
+    #[must_use]
+    pub fn with_provider_name(mut self, provider: &'static str) -> Self {
+        self.provider = provider;
+        self
     }
 
     /// The policy `id` of this limiter, if it has one.
@@ -147,16 +193,22 @@ impl Limiter {
         &self.entries[index.0].policy
     }
 
-    pub fn runtime(&self) -> &RateLimitRuntime {
-        &self.runtime
+    /// The port this limiter asks.
+    pub fn port(&self) -> &Arc<dyn EdgeRateLimitPort> {
+        &self.port
+    }
+
+    /// The provider's name: `"custom"`, or what [`Self::with_provider_name`] set.
+    pub fn provider_name(&self) -> &'static str {
+        self.provider
     }
 
     pub fn policies(&self) -> &PolicySet {
-        self.runtime.port().policies()
+        self.port.policies()
     }
 
     pub fn failure_policy(&self) -> FailurePolicy {
-        self.runtime.failure_policy()
+        self.failure_policy
     }
 
     /// Whether the request goes through: an evaluated allow, or any non-evaluated outcome
@@ -168,9 +220,9 @@ impl Limiter {
         }
     }
 
-    /// The breaker's state, when there is a breaker.
-    pub fn breaker_state(&self) -> Option<BreakerState> {
-        self.runtime.breaker().map(|b| b.state())
+    /// The breaker's [`names::BREAKER_STATE`] gauge value, when there is a breaker.
+    pub fn breaker_gauge(&self) -> Option<f64> {
+        self.breaker.as_ref().map(|b| b.gauge())
     }
 
     /// Evaluates `cost` for the raw subject `raw_subject` under the policy at `index`.
@@ -199,12 +251,11 @@ impl Limiter {
             outcome = tracing::field::Empty,
             allowed = tracing::field::Empty,
         );
-        let subject = self.runtime.hasher().digest(raw_subject);
+        let subject = self.hasher.digest(raw_subject);
         // One clock read starts both the deadline and the latency measurement.
         let start = Instant::now();
-        // The budget is at most Deadline::MAX_BUDGET by construction of the runtime; if it
-        // ever is not, the longest allowed budget is the honest fallback.
-        let deadline = Deadline::at(start, self.runtime.budget())
+        // A budget that is zero or beyond Deadline::MAX_BUDGET gets the longest allowed one.
+        let deadline = Deadline::at(start, self.budget)
             .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
             .map_err(|_| RequestError::UnknownPolicy(policy.clone()));
         let request = deadline.map(|deadline| RateLimitRequest {
@@ -215,7 +266,7 @@ impl Limiter {
             deadline,
         });
         async move {
-            let evaluation = self.runtime.port().evaluate(request?);
+            let evaluation = self.port.evaluate(request?);
             // A disabled span (the usual case in production) is not entered on every poll.
             let result = if span.is_disabled() {
                 evaluation.await

@@ -22,8 +22,8 @@
 use std::fmt::Write as _;
 use std::time::{SystemTime, UNIX_EPOCH};
 
-use axum::body::Bytes;
-use axum::http::{HeaderName, HeaderValue};
+use bytes::Bytes;
+use http::{HeaderName, HeaderValue};
 use shared_contract::{RateLimitDecision, RateLimitPolicy};
 
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";

@@ -16,26 +16,38 @@
 //! requests share one quota, so leaving the header out is never a way around the limit.
 //!
 //! The service never fails: its error type is `Infallible`, like the inner service's.
+//!
+//! The middleware is plain tower over `http` types, generic over the request body and over a
+//! response body that can be built from text (the problem+json answers): it works under axum,
+//! hyper or any tower stack. The peer address is the server's business, so `ip` subjects read
+//! it through a [`PeerIp`] function given with [`RateLimitLayer::with_peer_ip`] (under axum:
+//! `ConnectInfo<SocketAddr>`); without one, every request has the empty `ip` subject.
 
 use std::convert::Infallible;
 use std::future::Future;
 use std::io::Write as _;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use app_bootstrap::SubjectSource;
-use axum::body::Body;
-use axum::extract::ConnectInfo;
-use axum::http::{HeaderName, HeaderValue, Request, header};
-use axum::response::Response;
+use http::{Extensions, HeaderName, HeaderValue, Request, Response, header};
 use shared_contract::{Cost, PolicyId, RateLimitOutcome};
-use tower::{Layer, Service};
+use tower_layer::Layer;
+use tower_service::Service;
 
 use crate::headers;
 use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
+use crate::subject::SubjectSource;
+
+/// Reads the peer's IP address from a request's extensions, where the server put it.
+pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
+
+/// The [`PeerIp`] of a layer that was given none: no address, the empty subject.
+fn no_peer(_: &Extensions) -> Option<IpAddr> {
+    None
+}
 
 /// Which requests a policy limits, and by which subject.
 #[derive(Debug, Clone)]
@@ -58,7 +70,8 @@ impl Rule {
         let subject = match subject {
             SubjectSource::Header(name) => match HeaderName::try_from(name) {
                 Ok(h) => Subject::Header(h),
-                // Validated by app-bootstrap; an unusable name can only match nothing.
+                // `SubjectSource::parse` refuses such names; one built by hand that is not a
+                // header name can only match nothing.
                 Err(_) => Subject::Header(HeaderName::from_static("x-invalid-subject-header")),
             },
             SubjectSource::Ip => Subject::Ip,
@@ -88,7 +101,7 @@ impl Rule {
 }
 
 /// A rule's policy, resolved in the limiter when the layer is built.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Resolved {
     index: PolicyIndex,
     /// The `RateLimit-Policy` value of the policy alone, built once: it depends only on the
@@ -96,13 +109,14 @@ struct Resolved {
     policy_value: HeaderValue,
 }
 
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 struct Shared {
     limiter: Arc<Limiter>,
     rules: Vec<Rule>,
     /// By rule; `None` when the limiter has no such policy (answered 500 when the rule
     /// matches).
     resolved: Vec<Option<Resolved>>,
+    peer: PeerIp,
 }
 
 /// The middleware's layer. See the module docs.
@@ -112,6 +126,8 @@ pub struct RateLimitLayer {
 }
 
 impl RateLimitLayer {
+    /// A layer applying `rules`, in order, with `limiter`. Give it a [`PeerIp`] with
+    /// [`Self::with_peer_ip`] when a rule limits by `ip`.
     pub fn new(limiter: Arc<Limiter>, rules: Vec<Rule>) -> Self {
         let resolved = rules
             .iter()
@@ -131,7 +147,18 @@ impl RateLimitLayer {
                 limiter,
                 rules,
                 resolved,
+                peer: no_peer,
             }),
+        }
+    }
+
+    /// The same layer, reading the peer address of `ip` subjects with `peer`.
+    #[must_use]
+    pub fn with_peer_ip(self, peer: PeerIp) -> Self {
+        let mut shared = Arc::unwrap_or_clone(self.shared);
+        shared.peer = peer;
+        Self {
+            shared: Arc::new(shared),
         }
     }
 }
@@ -156,22 +183,27 @@ pub struct RateLimit<S> {
 
 /// The future of [`RateLimit`]: boxed, because it awaits the port (an `async_trait` future,
 /// boxed already) and then the inner service.
-pub type ResponseFuture = Pin<Box<dyn Future<Output = Result<Response, Infallible>> + Send>>;
+pub type ResponseFuture<B> = Pin<Box<dyn Future<Output = Result<Response<B>, Infallible>> + Send>>;
 
-impl<S> Service<Request<Body>> for RateLimit<S>
+impl<S, ReqBody, ResBody> Service<Request<ReqBody>> for RateLimit<S>
 where
-    S: Service<Request<Body>, Response = Response, Error = Infallible> + Clone + Send + 'static,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>
+        + Clone
+        + Send
+        + 'static,
     S::Future: Send + 'static,
+    ReqBody: Send + 'static,
+    ResBody: From<String> + Send + 'static,
 {
-    type Response = Response;
+    type Response = Response<ResBody>;
     type Error = Infallible;
-    type Future = ResponseFuture;
+    type Future = ResponseFuture<ResBody>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, req: Request<ReqBody>) -> Self::Future {
         let path = req.uri().path();
         if !self.shared.rules.iter().any(|r| r.matches(path)) {
             return Box::pin(self.inner.call(req));
@@ -184,16 +216,21 @@ where
     }
 }
 
-/// The raw subject of `rule` in `req`: the header's bytes, or the peer address as text (at
-/// most 45 bytes, the longest IPv6 text form), written into `ip`.
-fn raw_subject<'a>(rule: &Rule, req: &'a Request<Body>, ip: &'a mut IpText) -> &'a [u8] {
+/// The raw subject of `rule` in `req`: the header's bytes, or the peer address `peer` reads
+/// as text (at most 45 bytes, the longest IPv6 text form), written into `ip`.
+fn raw_subject<'a, B>(
+    rule: &Rule,
+    req: &'a Request<B>,
+    peer: PeerIp,
+    ip: &'a mut IpText,
+) -> &'a [u8] {
     match &rule.subject {
         Subject::Header(name) => req
             .headers()
             .get(name)
             .map_or(&[][..], HeaderValue::as_bytes),
-        Subject::Ip => match req.extensions().get::<ConnectInfo<SocketAddr>>() {
-            Some(ConnectInfo(addr)) => ip.format(addr.ip()),
+        Subject::Ip => match peer(req.extensions()) {
+            Some(addr) => ip.format(addr),
             None => &[][..],
         },
     }
@@ -215,13 +252,14 @@ impl IpText {
     }
 }
 
-async fn limit<S>(
+async fn limit<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     mut inner: S,
-    req: Request<Body>,
-) -> Result<Response, Infallible>
+    req: Request<ReqBody>,
+) -> Result<Response<ResBody>, Infallible>
 where
-    S: Service<Request<Body>, Response = Response, Error = Infallible>,
+    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
+    ResBody: From<String>,
 {
     let limiter = &shared.limiter;
     let mut policy_field = String::new();
@@ -244,7 +282,8 @@ where
         let policy = limiter.policy(resolved.index);
         let evaluation = {
             let mut ip = IpText { buf: [0; 64] };
-            limiter.evaluate(resolved.index, raw_subject(rule, &req, &mut ip), Cost::ONE)
+            let raw = raw_subject(rule, &req, shared.peer, &mut ip);
+            limiter.evaluate(resolved.index, raw, Cost::ONE)
         };
         let outcome = match evaluation.await {
             Ok(o) => o,
@@ -318,7 +357,7 @@ where
 mod tests {
     use std::time::Duration;
 
-    use app_bootstrap::{RateLimitRuntime, SubjectHasher, SubjectSecret};
+    use axum::body::Body;
     use axum::http::StatusCode;
     use shared_contract::{
         AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, IncompatibleCategory, PolicyRevision,
@@ -328,6 +367,29 @@ mod tests {
     use tower::ServiceExt as _;
 
     use super::*;
+    use crate::subject::{SubjectHasher, SubjectSecret};
+
+    /// A fixed-window policy of `limit` per `window_secs`.
+    fn fixed_window(
+        name: &str,
+        limit: u64,
+        window_secs: u64,
+        failure_policy: FailurePolicy,
+    ) -> RateLimitPolicy {
+        RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new(name).expect("valid id"),
+            revision: PolicyRevision::new(1).expect("valid"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit,
+                window: Duration::from_secs(window_secs),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy,
+        })
+        .expect("valid policy")
+    }
 
     /// A port that never decides.
     #[derive(Debug)]
@@ -351,30 +413,17 @@ mod tests {
         outcome: fn(PolicyId) -> RateLimitOutcome,
     ) -> RateLimit<axum::routing::Router> {
         let id = PolicyId::new("api").expect("valid id");
-        let policy = RateLimitPolicy::new(PolicySpec {
-            id: id.clone(),
-            revision: PolicyRevision::new(1).expect("valid"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit: 5,
-                window: Duration::from_secs(1),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy,
-        })
-        .expect("valid policy");
+        let policy = fixed_window("api", 5, 1, failure_policy);
         let port = Arc::new(Failing {
             policies: PolicySet::new([policy], id.clone()).expect("valid set"),
             outcome,
         });
-        let runtime = RateLimitRuntime::from_port(
+        let limiter = Arc::new(Limiter::new(
             port,
             SubjectHasher::new(&SubjectSecret::random()),
             failure_policy,
             Duration::from_secs(1),
-        );
-        let limiter = Arc::new(Limiter::new(runtime));
+        ));
         let upstream = axum::Router::new().route("/api/x", axum::routing::get(|| async { "up" }));
         RateLimitLayer::new(
             limiter,
@@ -479,35 +528,22 @@ mod tests {
 
     #[tokio::test]
     async fn every_matching_policy_gets_a_list_member() {
-        let policy = |name: &str, limit: u64| {
-            RateLimitPolicy::new(PolicySpec {
-                id: PolicyId::new(name).expect("valid id"),
-                revision: PolicyRevision::new(1).expect("valid"),
-                algorithm: AlgorithmSpec::FixedWindow {
-                    limit,
-                    window: Duration::from_secs(60),
-                },
-                max_cost: 1,
-                cleanup_grace: Duration::ZERO,
-                max_clock_regression: Duration::ZERO,
-                failure_policy: FailurePolicy::FailClosed,
-            })
-            .expect("valid policy")
-        };
+        let policy =
+            |name: &str, limit: u64| fixed_window(name, limit, 60, FailurePolicy::FailClosed);
         let a = PolicyId::new("a").expect("valid id");
         let b = PolicyId::new("b").expect("valid id");
         let port = Arc::new(Allowing {
             policies: PolicySet::new([policy("a", 10), policy("b", 20)], a.clone())
                 .expect("valid set"),
         });
-        let runtime = RateLimitRuntime::from_port(
+        let limiter = Limiter::new(
             port,
             SubjectHasher::new(&SubjectSecret::random()),
             FailurePolicy::FailClosed,
             Duration::from_secs(1),
         );
         let layer = RateLimitLayer::new(
-            Arc::new(Limiter::new(runtime)),
+            Arc::new(limiter),
             vec![
                 Rule::new("/api", a, SubjectSource::Ip),
                 Rule::new("/api/x", b, SubjectSource::Ip),
@@ -530,6 +566,70 @@ mod tests {
             .await
             .expect("infallible");
         assert_eq!(r.headers()[headers::RATELIMIT_POLICY], "\"a\";q=10;w=60");
+    }
+
+    /// The local provider behind one `ip` rule of 1 request per minute, reading the peer with
+    /// `peer` when given one.
+    fn ip_limited(peer: Option<PeerIp>) -> RateLimit<axum::routing::Router> {
+        let id = PolicyId::new("api").expect("valid id");
+        let policy = fixed_window("api", 1, 60, FailurePolicy::FailClosed);
+        let port = Arc::new(adapter_local::LocalProvider::new(
+            PolicySet::new([policy], id.clone()).expect("valid set"),
+            Arc::new(shared_contract::SystemClock),
+            adapter_local::LocalSettings::default(),
+        ));
+        let limiter = Limiter::new(
+            port,
+            SubjectHasher::new(&SubjectSecret::random()),
+            FailurePolicy::FailClosed,
+            Duration::from_secs(1),
+        );
+        let mut layer = RateLimitLayer::new(
+            Arc::new(limiter),
+            vec![Rule::new("/api", id, SubjectSource::Ip)],
+        );
+        if let Some(peer) = peer {
+            layer = layer.with_peer_ip(peer);
+        }
+        layer.layer(axum::Router::new().route("/api/x", axum::routing::get(|| async { "up" })))
+    }
+
+    fn from_peer(last_octet: u8) -> Request<Body> {
+        let mut r = get();
+        let addr = std::net::SocketAddr::from(([10, 0, 0, last_octet], 40_000));
+        r.extensions_mut().insert(axum::extract::ConnectInfo(addr));
+        r
+    }
+
+    #[tokio::test]
+    async fn ip_subjects_are_the_address_the_peer_reader_finds() {
+        let svc = ip_limited(Some(|e| {
+            e.get::<axum::extract::ConnectInfo<std::net::SocketAddr>>()
+                .map(|c| c.0.ip())
+        }));
+        let first = svc.clone().oneshot(from_peer(1)).await.expect("infallible");
+        assert_eq!(first.status(), StatusCode::OK);
+        let again = svc.clone().oneshot(from_peer(1)).await.expect("infallible");
+        assert_eq!(again.status(), StatusCode::TOO_MANY_REQUESTS);
+        let other = svc.oneshot(from_peer(2)).await.expect("infallible");
+        assert_eq!(
+            other.status(),
+            StatusCode::OK,
+            "another peer, another quota"
+        );
+    }
+
+    #[tokio::test]
+    async fn without_a_peer_reader_every_ip_subject_is_the_empty_one() {
+        let svc = ip_limited(None);
+        let first = svc.clone().oneshot(from_peer(1)).await.expect("infallible");
+        assert_eq!(first.status(), StatusCode::OK);
+        let other = svc.oneshot(from_peer(2)).await.expect("infallible");
+        assert_eq!(
+            other.status(),
+            StatusCode::TOO_MANY_REQUESTS,
+            "one shared quota"
+        );
     }
 
     #[test]
