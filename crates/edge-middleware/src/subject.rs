@@ -214,6 +214,25 @@ mod tests {
     }
 
     #[test]
+    fn subject_sources_parse_what_they_display() {
+        for text in ["ip", "header:x-api-key"] {
+            let source = SubjectSource::parse(text).expect("valid source");
+            assert_eq!(source.to_string(), text);
+        }
+        assert_eq!(
+            SubjectSource::parse("header:X-Api-Key"),
+            Ok(SubjectSource::Header("x-api-key".into()))
+        );
+        for bad in ["", "header:", "header:a b", "peer"] {
+            let e = SubjectSource::parse(bad).expect_err("invalid source");
+            assert!(
+                e.contains(&format!("{:?}", bad.trim_start_matches("header:"))),
+                "{e}"
+            );
+        }
+    }
+
+    #[test]
     fn random_secrets_differ() {
         assert_ne!(SubjectSecret::random().bytes, SubjectSecret::random().bytes);
     }
