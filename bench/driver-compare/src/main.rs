@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use hdrhistogram::Histogram;
 
-const SOURCE: &str = include_str!("../../../../lua/rate-token-bucket-v1.lua");
+const SOURCE: &str = include_str!("../../../lua/rate-token-bucket-v1.lua");
 /// ARGV of rl-bench's token-bucket policy: cost, revision, regression, grace, capacity,
 /// scale, units_per_ms.
 const ARGS: [&str; 7] = ["1", "1", "2000", "10000", "1000", "1", "1"];
