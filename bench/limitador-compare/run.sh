@@ -1,7 +1,7 @@
 #!/bin/sh
 # limitador-server's HTTP check endpoint beside inbound-web's sidecar endpoint, on this
-# machine, in one run (docs/performance.md, "HTTP layer (inbound-web)", "Against limitador,
-# side by side").
+# machine, in one run (docs/performance.md, "Against limitador"; every run so far:
+# bench/limitador-compare/RESULTS.md).
 #
 #   bench/limitador-compare/run.sh          (needs wrk, redis-server, curl, python3)
 #

@@ -1,7 +1,7 @@
 //! `driver-compare PORT SECONDS CONCURRENCY`: EVALSHA throughput and latency of the token
 //! bucket program through `fred` and through `redis` (redis-rs), each with one multiplexed,
 //! pipelined connection, `CONCURRENCY` closed-loop tasks, keys drawn from 1,000,000.
-//! The numbers decide the driver of adapter-redis (docs/performance.md).
+//! The numbers decided the driver of adapter-redis (bench/driver-compare/RESULTS.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
