@@ -2,7 +2,7 @@
 # Instructions and allocations per request of the release binary, under callgrind: figures
 # that other processes on the machine do not move (docs/performance.md, "HTTP layer").
 #
-#   crates/inbound-web/bench/callgrind.sh [N] [MODES]     (needs valgrind, python3, redis-server)
+#   bench/http-sidecar/callgrind.sh [N] [MODES]     (needs valgrind, python3, redis-server)
 #
 # N requests (default 20000) from fixed-count.py on 16 keep-alive connections, after 2,000
 # warm-up requests with other subjects; counters are zeroed after the warm-up and dumped after

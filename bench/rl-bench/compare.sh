@@ -2,7 +2,7 @@
 # rl-bench --provider redis side by side with redis-benchmark running EVALSHA of the same
 # program with the same arguments at the same concurrency (the server's own ceiling).
 #
-# Usage: crates/bench/compare.sh [PORT] [SECONDS] [ALGORITHM]
+# Usage: bench/rl-bench/compare.sh [PORT] [SECONDS] [ALGORITHM]
 #   PORT       a free loopback port for a dedicated redis-server (default 17379; never 6379)
 #   SECONDS    length of each run (default 5)
 #   ALGORITHM  token_bucket (default) | fixed_window | sliding_window | gcra | sliding_log

@@ -1,9 +1,9 @@
 #!/bin/sh
 # limitador-server's HTTP check endpoint beside inbound-web's sidecar endpoint, on this
-# machine, in one run (docs/performance.md, "HTTP layer (inbound-web)", "Against limitador,
-# side by side").
+# machine, in one run (docs/performance.md, "Against limitador"; every run so far:
+# bench/limitador-compare/RESULTS.md).
 #
-#   crates/bench/limitador-compare/run.sh          (needs wrk, redis-server, curl, python3)
+#   bench/limitador-compare/run.sh          (needs wrk, redis-server, curl, python3)
 #
 # Starts one private redis-server on a free loopback port, then, one after the other, with the
 # same load generator command (wrk -t2 -c64 -d15s --latency, random subjects over 1,000,000,
@@ -52,7 +52,7 @@
 set -eu
 
 HERE=$(cd "$(dirname "$0")" && pwd)
-ROOT=$(cd "$HERE/../../.." && pwd)
+ROOT=$(cd "$HERE/../.." && pwd)
 ROUNDS=${ROUNDS:-1}
 DURATION=${DURATION:-15s}
 WARMUP=${WARMUP:-2s}
@@ -105,7 +105,7 @@ until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do
   sleep 0.05
 done
 
-# inbound-web's configuration: the redis mode of crates/inbound-web/bench/run.sh.
+# inbound-web's configuration: the redis mode of bench/http-sidecar/run.sh.
 INBOUND_WORKERS=${INBOUND_WORKERS:-${WORKERS:-}}
 LIMITADOR_WORKERS=${LIMITADOR_WORKERS:-${WORKERS:-}}
 [ "$INBOUND_WORKERS" != default ] || INBOUND_WORKERS=
@@ -214,8 +214,8 @@ cpu_children() { # $1 = output of `times` (run in this shell, not in a subshell)
 measure() { # $1 = round, $2 = server
   case $2 in
     limitador) script=$HERE/check-and-report.lua; path=/check_and_report ;;
-    inbound-web|baseline) script=$ROOT/crates/inbound-web/bench/evaluate.lua; path=/v1/evaluate ;;
-    floor) script=$ROOT/crates/inbound-web/bench/random-key.lua; path=/api/x ;;
+    inbound-web|baseline) script=$ROOT/bench/http-sidecar/evaluate.lua; path=/v1/evaluate ;;
+    floor) script=$ROOT/bench/http-sidecar/random-key.lua; path=/api/x ;;
   esac
   if [ "$WARMUP" != 0 ]; then
     run_wrk -t2 -c64 -d"$WARMUP" -s "$script" "http://127.0.0.1:$HPORT$path" >/dev/null

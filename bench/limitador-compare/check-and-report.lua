@@ -1,5 +1,5 @@
 -- wrk script: limitador-server's POST /check_and_report with a random subject over 1,000,000
--- (the twin of crates/inbound-web/bench/evaluate.lua: same draw, same delta/cost of 1, the
+-- (the twin of bench/http-sidecar/evaluate.lua: same draw, same delta/cost of 1, the
 -- request written out the same way).
 math.randomseed(os.time())
 local random = math.random

@@ -30,7 +30,7 @@
 //! The Redis provider runs with a 500 ms command timeout and an admission bound of
 //! `max(1024, concurrency)`, so neither caps the figure; any outcome that is not a decision
 //! (unavailable, indeterminate, incompatible, refused request) is counted in `errors`.
-//! `crates/bench/compare.sh` runs it side by side with `redis-benchmark` (docs/performance.md).
+//! `bench/rl-bench/compare.sh` runs it side by side with `redis-benchmark` (docs/performance.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -62,7 +62,7 @@ impl ProviderKind {
     }
 }
 
-/// The command line of `interface.md`.
+/// The command line (shown in the crate docs; scripts in `bench/` call these flags).
 #[derive(Debug, Clone, clap::Parser)]
 #[command(
     name = "rl-bench",
@@ -122,36 +122,50 @@ fn parse_share(s: &str) -> Result<f64, String> {
     }
 }
 
+/// The algorithm `kind` admitting `limit` per `span`: a window of `limit` per `span`, a
+/// token bucket of capacity `limit` refilled by `limit` per `span`, a GCRA of `limit` per
+/// `span` with a burst of `limit`. `None` for an algorithm this function does not know.
+pub fn spec_admitting(kind: AlgorithmKind, limit: u64, span: Duration) -> Option<AlgorithmSpec> {
+    Some(match kind {
+        AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow {
+            limit,
+            window: span,
+        },
+        AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow {
+            limit,
+            window: span,
+        },
+        AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
+            capacity: limit,
+            refill_amount: limit,
+            refill_interval: span,
+        },
+        AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
+            limit,
+            period: span,
+            burst: limit,
+        },
+        AlgorithmKind::SlidingLog => AlgorithmSpec::SlidingLog {
+            limit,
+            window: span,
+        },
+        _ => return None,
+    })
+}
+
 /// The policy measured for `kind`.
 ///
 /// # Errors
 /// Never for the built-in parameters; the `Result` carries the contract's validation.
 pub fn bench_policy(kind: AlgorithmKind) -> anyhow::Result<RateLimitPolicy> {
-    let second = Duration::from_secs(1);
-    let algorithm = match kind {
-        AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow {
-            limit: 1000,
-            window: second,
-        },
-        AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow {
-            limit: 1000,
-            window: second,
-        },
-        AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
-            capacity: 1000,
-            refill_amount: 1000,
-            refill_interval: second,
-        },
-        AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
-            limit: 1000,
-            period: second,
-            burst: 1000,
-        },
-        AlgorithmKind::SlidingLog => AlgorithmSpec::SlidingLog {
-            limit: 100,
-            window: second,
-        },
-        other => bail!("rl-bench has no policy for {other}"),
+    // The sliding log's state holds one entry per admitted request: a smaller limit.
+    let limit = if kind == AlgorithmKind::SlidingLog {
+        100
+    } else {
+        1000
+    };
+    let Some(algorithm) = spec_admitting(kind, limit, Duration::from_secs(1)) else {
+        bail!("rl-bench has no policy for {kind}");
     };
     RateLimitPolicy::new(PolicySpec {
         id: PolicyId::new("bench")?,
@@ -240,7 +254,8 @@ impl Report {
         self.latency_ns.value_at_quantile(q) as f64 / 1000.0
     }
 
-    /// The JSON object of `interface.md`.
+    /// The `--json` object: counts, rate, latency percentiles in µs, and the run's parameters
+    /// (a stable shape: the scripts in `bench/` read it).
     pub fn to_json(&self) -> serde_json::Value {
         serde_json::json!({
             "decisions": self.decisions(),
@@ -364,6 +379,32 @@ struct Tally {
     latency_ns: Histogram<u64>,
 }
 
+impl Tally {
+    fn new() -> anyhow::Result<Self> {
+        Ok(Self {
+            allowed: 0,
+            denied: 0,
+            unavailable: 0,
+            indeterminate: 0,
+            incompatible: 0,
+            refused: 0,
+            latency_ns: histogram()?,
+        })
+    }
+
+    fn add(&mut self, t: &Tally) -> anyhow::Result<()> {
+        self.allowed += t.allowed;
+        self.denied += t.denied;
+        self.unavailable += t.unavailable;
+        self.indeterminate += t.indeterminate;
+        self.incompatible += t.incompatible;
+        self.refused += t.refused;
+        self.latency_ns
+            .add(&t.latency_ns)
+            .context("merging histograms")
+    }
+}
+
 async fn worker(
     port: Arc<dyn EdgeRateLimitPort>,
     policy_id: PolicyId,
@@ -372,15 +413,7 @@ async fn worker(
     stop: Instant,
 ) -> anyhow::Result<Tally> {
     let mut rng = SplitMix::new(seed);
-    let mut t = Tally {
-        allowed: 0,
-        denied: 0,
-        unavailable: 0,
-        indeterminate: 0,
-        incompatible: 0,
-        refused: 0,
-        latency_ns: histogram()?,
-    };
+    let mut t = Tally::new()?;
     let budget = Duration::from_secs(5);
     loop {
         let key = pick_key(&mut rng, args.keys, args.hot_key_share);
@@ -432,35 +465,24 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
             ))
         })
         .collect();
-    let mut report = Report {
+    let mut total = Tally::new()?;
+    for task in tasks {
+        total.add(&task.await.context("worker task")??)?;
+    }
+    Ok(Report {
         provider: args.provider,
         algorithm: args.algorithm,
         keys: args.keys,
         concurrency: args.concurrency,
-        elapsed: Duration::ZERO,
-        allowed: 0,
-        denied: 0,
-        unavailable: 0,
-        indeterminate: 0,
-        incompatible: 0,
-        refused: 0,
-        latency_ns: histogram()?,
-    };
-    for task in tasks {
-        let t = task.await.context("worker task")??;
-        report.allowed += t.allowed;
-        report.denied += t.denied;
-        report.unavailable += t.unavailable;
-        report.indeterminate += t.indeterminate;
-        report.incompatible += t.incompatible;
-        report.refused += t.refused;
-        report
-            .latency_ns
-            .add(&t.latency_ns)
-            .context("merging histograms")?;
-    }
-    report.elapsed = started.elapsed();
-    Ok(report)
+        elapsed: started.elapsed(),
+        allowed: total.allowed,
+        denied: total.denied,
+        unavailable: total.unavailable,
+        indeterminate: total.indeterminate,
+        incompatible: total.incompatible,
+        refused: total.refused,
+        latency_ns: total.latency_ns,
+    })
 }
 
 #[cfg(test)]

@@ -1,7 +1,7 @@
 //! Server cost and memory of the Lua programs: a measurement, not a check, so it runs only
 //! with `RL_MEASURE=1` (a few minutes, about 1 GB of Redis memory at the default sizes).
 //!
-//! On a private redis-server, the yardstick of issue 3 (a plain token bucket in a 3-field
+//! On a private redis-server, the yardstick (a plain token bucket in a 3-field
 //! hash: TIME, HMGET, HSET, PEXPIRE) holds `RL_MEASURE_KEYS` (default 1,000,000) keys in
 //! db 0 for the whole run. Then for each program, in db 1:
 //! 1. populate the same number of keys of the adapter's shape (`rl:{AbCd}` + 16 hex digits)
@@ -15,7 +15,7 @@
 //!    disturbed by other processes than the wall-clock `usec_per_call`);
 //! 3. the same for a cost that every program denies.
 //!
-//! Run: `RL_MEASURE=1 cargo test -p acceptance-tests --test lua_cost -- --nocapture`
+//! Run: `RL_MEASURE=1 cargo test -p bench --test lua_cost -- --nocapture`
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -23,11 +23,10 @@ use std::time::{Duration, Instant};
 
 use acceptance_tests::lua::{Loaded, Program, arguments};
 use acceptance_tests::redis_server::RedisServer;
-use shared_contract::{
-    AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-};
+use shared_contract::{FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy};
 
-/// The yardstick of issue 3: a plain token bucket in a hash, four `redis.call`s (its keys
+/// The yardstick the programs are measured against (the goal: the token-bucket program costs
+/// the server at most 0.75 of it): a plain token bucket in a hash, four `redis.call`s (its keys
 /// live two hours, so none expires during the run).
 const PLAIN_TOKEN_BUCKET: &str = r"
 local t = redis.call('TIME')
@@ -76,31 +75,8 @@ fn splitmix(x: u64) -> u64 {
 /// 100 per hour (bucket of 100, GCRA burst 100, window limit 100): slow enough that cost
 /// 100 stays denied on every key already holding cost 1 for the whole run.
 fn policy(program: Program) -> RateLimitPolicy {
-    let span = Duration::from_secs(3600);
-    let algorithm = match program {
-        Program::FixedWindow => AlgorithmSpec::FixedWindow {
-            limit: 100,
-            window: span,
-        },
-        Program::SlidingCounter => AlgorithmSpec::SlidingWindow {
-            limit: 100,
-            window: span,
-        },
-        Program::TokenBucket => AlgorithmSpec::TokenBucket {
-            capacity: 100,
-            refill_amount: 100,
-            refill_interval: span,
-        },
-        Program::Gcra => AlgorithmSpec::Gcra {
-            limit: 100,
-            period: span,
-            burst: 100,
-        },
-        Program::SlidingLog => AlgorithmSpec::SlidingLog {
-            limit: 100,
-            window: span,
-        },
-    };
+    let algorithm = bench::spec_admitting(program.kind(), 100, Duration::from_secs(3600))
+        .expect("every program's algorithm");
     RateLimitPolicy::new(PolicySpec {
         id: PolicyId::new("measure").expect("a valid id"),
         revision: PolicyRevision::new(1).expect("a valid revision"),

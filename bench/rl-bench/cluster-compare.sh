@@ -2,7 +2,7 @@
 # rl-bench on one standalone redis-server and on a 3-master Redis Cluster, taking turns, on
 # this machine (load generator and every server share its cores).
 #
-# Usage: crates/bench/cluster-compare.sh [SECONDS] [ROUNDS] [REPLICAS]
+# Usage: bench/rl-bench/cluster-compare.sh [SECONDS] [ROUNDS] [REPLICAS]
 #   SECONDS   length of each run (default 10)
 #   ROUNDS    standalone/cluster pairs (default 3)
 #   REPLICAS  replicas per cluster master (default 0; 1 adds replication work to the machine)
@@ -16,7 +16,7 @@ REPLICAS=${3:-0}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p bench" >&2; exit 2; }
-. "$ROOT/crates/bench/redis-servers.sh"
+. "$ROOT/bench/rl-bench/redis-servers.sh"
 BASE=17400
 NODES=$((3 * (1 + REPLICAS)))
 start_redis $BASE

@@ -1,7 +1,7 @@
 #!/bin/sh
 # HTTP-layer benchmark of inbound-web (docs/performance.md, "HTTP layer (inbound-web)").
 #
-#   crates/inbound-web/bench/run.sh [DURATION]      (default 10s; needs wrk, hey, redis-server)
+#   bench/http-sidecar/run.sh [DURATION]      (default 10s; needs wrk, hey, redis-server)
 #
 # Starts one private redis-server and the release binary in four configurations, one at a
 # time, all on this machine (load generator, app and Redis share its cores):

@@ -4,7 +4,7 @@
 # that the drift of this shared machine's speed does not favour one mode. Prints every run and,
 # per round, the ratios to `off` and the medians over the rounds.
 #
-#   crates/inbound-web/bench/alternate.sh [DURATION] [ROUNDS]     (defaults 5s, 7)
+#   bench/http-sidecar/alternate.sh [DURATION] [ROUNDS]     (defaults 5s, 7)
 #
 # Runs: GET /api/x on off, local and redis (wrk -t2 -c64, random x-api-key over 1,000,000),
 # and the sidecar POST /v1/evaluate on the redis app (random subjects over 1,000,000).

@@ -1,7 +1,7 @@
 //! `driver-compare PORT SECONDS CONCURRENCY`: EVALSHA throughput and latency of the token
 //! bucket program through `fred` and through `redis` (redis-rs), each with one multiplexed,
 //! pipelined connection, `CONCURRENCY` closed-loop tasks, keys drawn from 1,000,000.
-//! The numbers decide the driver of adapter-redis (docs/performance.md).
+//! The numbers decided the driver of adapter-redis (bench/driver-compare/RESULTS.md).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use hdrhistogram::Histogram;
 
-const SOURCE: &str = include_str!("../../../../lua/rate-token-bucket-v1.lua");
+const SOURCE: &str = include_str!("../../../lua/rate-token-bucket-v1.lua");
 /// ARGV of rl-bench's token-bucket policy: cost, revision, regression, grace, capacity,
 /// scale, units_per_ms.
 const ARGS: [&str; 7] = ["1", "1", "2000", "10000", "1000", "1", "1"];

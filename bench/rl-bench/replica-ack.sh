@@ -2,7 +2,7 @@
 # The cost of min_replicas_ack: rl-bench on a master with one replica, WAIT off and on,
 # taking turns, on this machine (load generator, master and replica share its cores).
 #
-# Usage: crates/bench/replica-ack.sh [SECONDS] [ROUNDS]   (defaults 10, 2)
+# Usage: bench/rl-bench/replica-ack.sh [SECONDS] [ROUNDS]   (defaults 10, 2)
 # Needs a release build: cargo build --release -p bench (CARGO_TARGET_DIR respected), and
 # redis-server / redis-cli on PATH. Uses loopback ports 17450-17451; never 6379.
 set -eu
@@ -11,7 +11,7 @@ ROUNDS=${2:-2}
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p bench" >&2; exit 2; }
-. "$ROOT/crates/bench/redis-servers.sh"
+. "$ROOT/bench/rl-bench/redis-servers.sh"
 M=17450; R=17451
 start_redis $M
 start_redis $R --replicaof 127.0.0.1 $M

@@ -1,7 +1,7 @@
 //! `limitador-sidecar`: the HTTP check endpoint of limitador-server in its default redis mode
 //! (`limitador-server LIMITS_FILE redis URL`), rebuilt thinly over the `limitador` library so
 //! that `run.sh` can measure it beside inbound-web's `POST /v1/evaluate` on the same machine
-//! in the same run (docs/performance.md, "Against limitador, side by side").
+//! in the same run (its runs: bench/limitador-compare/RESULTS.md).
 //!
 //! What is the same as limitador-server's redis mode:
 //! - storage: `AsyncRedisStorage::new(url)` (one redis-rs `ConnectionManager`, i.e. one
