@@ -33,7 +33,7 @@ pub mod subject;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
-pub use config::{ConfigErrors, Problem, Sources, load};
+pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
     BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
