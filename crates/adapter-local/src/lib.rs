@@ -57,7 +57,7 @@
 //!
 //! | feature | default | what |
 //! | --- | --- | --- |
-//! | (none) | | this crate has no optional features |
+//! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
 pub mod gate;
 mod store;
@@ -75,6 +75,8 @@ use shared_contract::{
 
 use store::{Key, SeededFold, Store};
 
+#[cfg(feature = "publisher")]
+pub use gate::LocalGatePublisher;
 pub use gate::{LocalGateProvider, LocalGateSettings};
 
 /// Tunables of the local provider.
