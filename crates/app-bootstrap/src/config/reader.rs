@@ -40,6 +40,13 @@ impl Check {
         self.problems.len()
     }
 
+    /// Whether a problem at exactly `path` was reported since `since` (a [`Self::count`]).
+    pub(crate) fn reported(&self, since: usize, path: &str) -> bool {
+        self.problems
+            .get(since..)
+            .is_some_and(|new| new.iter().any(|p| p.path == path))
+    }
+
     pub(crate) fn into_problems(self) -> Vec<Problem> {
         self.problems
     }

@@ -4,12 +4,14 @@
 //!
 //! Every key is described once in [`KEYS`]: how it is read (into [`RedisSettings::new`]'s
 //! defaults, or into the draft for the keys that only make sense together: the topology's
-//! and the password's) and how `--check` shows it.
+//! and the password's) and how `--check` shows it. Every rule about the values (bounds, URL
+//! syntax and schemes, how many nodes, credentials, TLS files) is
+//! [`RedisSettings::validate`]'s; its problems, named by key (`nodes[1]`), are put under
+//! `rate_limit.redis` by [`owner_problems`].
 
 use std::path::PathBuf;
-use std::time::Duration;
 
-use adapter_redis::{RedisSettings, Topology};
+use adapter_redis::{RedisSettings, SettingsProblem, Topology};
 use figment::value::{Dict, Value};
 
 use super::reader::{Check, Key, Toml, join, key, read_keys, render_section};
@@ -52,7 +54,6 @@ struct Draft {
     role: Option<String>,
     /// `None`: unreadable (reported).
     topology: Option<TopologyName>,
-    url: Option<String>,
     master_name: Option<String>,
     sentinels: Option<Vec<String>>,
     nodes: Option<Vec<String>>,
@@ -86,7 +87,11 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
     Key {
         name: "url",
         // It may hold a password: never shown, not even when it is wrong.
-        read: |c, path, v, d| d.url = c.secret(path, Some(v)),
+        read: |c, path, v, d| {
+            if let Some(url) = c.secret(path, Some(v)) {
+                d.settings.url = url;
+            }
+        },
         render: |s, o| {
             if s.topology == Topology::Standalone {
                 o.str("url", &redact_url(&s.url));
@@ -172,8 +177,8 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
     },
 ];
 
-/// The section; `required`: rate limiting is enabled with the redis provider, so the keys
-/// that need are required. `None` when it has problems (reported).
+/// The section; `required`: rate limiting is enabled with the redis provider, so the keys a
+/// connection needs are required. `None` when it has problems (reported).
 pub(super) fn read(
     c: &mut Check,
     v: Option<&Value>,
@@ -185,7 +190,6 @@ pub(super) fn read(
         settings: RedisSettings::new(""),
         role: None,
         topology: Some(TopologyName::Standalone),
-        url: None,
         master_name: None,
         sentinels: None,
         nodes: None,
@@ -193,20 +197,27 @@ pub(super) fn read(
         password_file: None,
     };
     read_keys(c, P, d, KEYS, &mut draft);
-    let redis = finish(c, d, draft, required);
+    let redis = finish(c, before, d, draft, required);
     redis
         .filter(|_| c.count() == before)
         .map(|redis| RedisProviderSettings { redis })
 }
 
-/// The role, the topology with its keys, the password, then the settings' own rules.
-fn finish(c: &mut Check, d: &Dict, mut draft: Draft, required: bool) -> Option<RedisSettings> {
+/// The role, the topology with its keys, the password, then the settings' own check.
+/// `before`: the problem count before the section was read.
+fn finish(
+    c: &mut Check,
+    before: usize,
+    d: &Dict,
+    mut draft: Draft,
+    required: bool,
+) -> Option<RedisSettings> {
     check_role(
         c,
         draft.role.as_deref(),
         required && !d.contains_key("role"),
     );
-    let topology = topology(c, &mut draft, required);
+    let topology = topology(c, d, &mut draft, required);
     draft.settings.password = match &draft.password_file {
         Some(f) => match std::fs::read_to_string(f) {
             Ok(s) => Some(s.trim_end_matches(['\n', '\r']).to_owned()),
@@ -218,9 +229,54 @@ fn finish(c: &mut Check, d: &Dict, mut draft: Draft, required: bool) -> Option<R
         None => draft.password.take(),
     };
     let mut settings = draft.settings;
-    rules(c, &settings);
-    settings.topology = topology?;
-    Some(settings)
+    // The settings are checked even when the topology could not be read, on a stand-in, so
+    // that the other keys' problems are reported in the same pass.
+    settings.topology = topology.clone().unwrap_or_default();
+    if let Err(problems) = settings.validate() {
+        owner_problems(c, before, d, topology.is_some(), problems.0);
+    }
+    topology.map(|_| settings)
+}
+
+/// The keys whose check depends on the topology: their problems are not reported while the
+/// topology cannot be read.
+const TOPOLOGY_KEYS: &[&str] = &[
+    "url",
+    "master_name",
+    "sentinels",
+    "nodes",
+    "username",
+    "password",
+    "tls_ca_file",
+    "tls_cert_file",
+    "tls_key_file",
+];
+
+/// The topology's address keys have no default: whether one is required is this section's
+/// rule ([`topology`]), so the owner's verdict on an absent one (empty) is not reported.
+const ADDRESS_KEYS: &[&str] = &["url", "master_name", "sentinels", "nodes"];
+
+/// Puts [`RedisSettings::validate`]'s problems under `rate_limit.redis`, one problem per
+/// key: a key this section already reported since `before` (it could not be read, is
+/// required or misplaced) keeps that problem alone.
+fn owner_problems(
+    c: &mut Check,
+    before: usize,
+    d: &Dict,
+    topology_known: bool,
+    problems: Vec<SettingsProblem>,
+) {
+    let kept: Vec<(String, String)> = problems
+        .into_iter()
+        .filter(|p| {
+            let key = p.field.split('[').next().unwrap_or_default();
+            let absent_address = ADDRESS_KEYS.contains(&key) && !d.contains_key(key);
+            let unknown_topology = !topology_known && TOPOLOGY_KEYS.contains(&key);
+            !absent_address && !unknown_topology && !c.reported(before, &join(P, &p.field))
+        })
+        .map(|p| (p.field, p.problem))
+        .collect();
+    c.fields(P, kept);
 }
 
 fn check_role(c: &mut Check, role: Option<&str>, missing: bool) {
@@ -239,210 +295,98 @@ fn check_role(c: &mut Check, role: Option<&str>, missing: bool) {
     }
 }
 
-/// The topology named, with its addresses; each topology takes its own keys, and a key of
-/// another is a mistake worth naming.
-fn topology(c: &mut Check, d: &mut Draft, required: bool) -> Option<Topology> {
-    let name = d.topology?;
-    let given = [
-        ("url", d.url.is_some()),
-        ("master_name", d.master_name.is_some()),
-        ("sentinels", d.sentinels.is_some()),
-        ("nodes", d.nodes.is_some()),
-    ];
+/// The topology named, with its addresses. Each topology takes its own keys; a key of
+/// another is a mistake worth naming (`url` outside standalone is the settings' own rule,
+/// since they hold it; the others they cannot hold).
+fn topology(c: &mut Check, d: &Dict, draft: &mut Draft, required: bool) -> Option<Topology> {
+    let name = draft.topology?;
     let takes: &[&str] = match name {
         TopologyName::Standalone => &["url"],
         TopologyName::Sentinel => &["master_name", "sentinels"],
         TopologyName::Cluster => &["nodes"],
     };
-    for (key, _) in given.iter().filter(|(k, g)| *g && !takes.contains(k)) {
-        c.push(
-            join(P, key),
-            format!("not used with topology = \"{}\"", name.as_str()),
-        );
+    for key in ["master_name", "sentinels", "nodes"] {
+        if d.contains_key(key) && !takes.contains(&key) {
+            c.push(
+                join(P, key),
+                format!("not used with topology = \"{}\"", name.as_str()),
+            );
+        }
     }
-    // A URL is checked wherever it is given, like every key that is present.
-    d.settings.url = d
-        .url
-        .clone()
-        .and_then(|u| check_url(c, &join(P, "url"), u))
-        .unwrap_or_default();
+    let mut require = |key: &str, problem: &str| {
+        if !d.contains_key(key) {
+            c.push(join(P, key), problem);
+        }
+    };
     match name {
         TopologyName::Standalone => {
-            if d.url.is_none() && required {
-                c.push(join(P, "url"), "required when provider = \"redis\"");
+            if required {
+                require("url", "required when provider = \"redis\"");
             }
             Some(Topology::Standalone)
         }
         TopologyName::Sentinel => {
-            if d.master_name.as_deref().is_none_or(str::is_empty) {
-                c.push(
-                    join(P, "master_name"),
-                    "required with topology = \"sentinel\" (the name the sentinels monitor)",
-                );
-            }
-            if d.sentinels.is_none() {
-                c.push(
-                    join(P, "sentinels"),
-                    "required with topology = \"sentinel\": the sentinels' URLs",
-                );
-            }
+            require(
+                "master_name",
+                "required with topology = \"sentinel\" (the name the sentinels monitor)",
+            );
+            require(
+                "sentinels",
+                "required with topology = \"sentinel\": the sentinels' URLs",
+            );
             Some(Topology::Sentinel {
-                master_name: d.master_name.take().unwrap_or_default(),
-                sentinels: d.sentinels.take().unwrap_or_default(),
+                master_name: draft.master_name.take().unwrap_or_default(),
+                sentinels: draft.sentinels.take().unwrap_or_default(),
             })
         }
         TopologyName::Cluster => {
-            if d.nodes.is_none() {
-                c.push(
-                    join(P, "nodes"),
-                    "required with topology = \"cluster\": seed node URLs",
-                );
-            }
+            require(
+                "nodes",
+                "required with topology = \"cluster\": seed node URLs",
+            );
             Some(Topology::Cluster {
-                nodes: d.nodes.take().unwrap_or_default(),
+                nodes: draft.nodes.take().unwrap_or_default(),
             })
         }
-    }
-}
-
-/// The bounds of the provider's settings.
-fn rules(c: &mut Check, s: &RedisSettings) {
-    let at = |key: &str| join(P, key);
-    if s.min_replicas_ack > RedisSettings::MAX_REPLICAS_ACK {
-        c.push(
-            at("min_replicas_ack"),
-            format!(
-                "must be between 0 and {}, got {}",
-                RedisSettings::MAX_REPLICAS_ACK,
-                s.min_replicas_ack
-            ),
-        );
-    }
-    // The edge gives each evaluation a deadline of command_timeout plus a margin, and a
-    // deadline is at most a minute: so the timeout must leave room for the margin.
-    let max_timeout = shared_contract::Deadline::MAX_BUDGET - Duration::from_secs(1);
-    if s.command_timeout.is_zero() {
-        c.push(at("command_timeout"), "must be > 0, got \"0s\"");
-    } else if s.command_timeout > max_timeout {
-        c.push(
-            at("command_timeout"),
-            format!("must be <= {max_timeout:?}, got {:?}", s.command_timeout),
-        );
-    }
-    if s.connect_timeout.is_zero() {
-        c.push(at("connect_timeout"), "must be > 0, got \"0s\"");
-    }
-    for (key, n, max) in [
-        (
-            "max_in_flight",
-            s.max_in_flight,
-            RedisSettings::MAX_IN_FLIGHT,
-        ),
-        ("connections", s.connections, RedisSettings::MAX_CONNECTIONS),
-    ] {
-        if !(1..=max).contains(&n) {
-            c.push(at(key), format!("must be between 1 and {max}, got {n}"));
-        }
-    }
-    if adapter_redis::keys::check_prefix(&s.key_prefix).is_err() {
-        c.push(
-            at("key_prefix"),
-            format!(
-                "must be 1..=32 characters of [A-Za-z0-9_.-], got {:?}",
-                s.key_prefix.chars().take(40).collect::<String>()
-            ),
-        );
     }
 }
 
 /// A list of Redis URLs (`nodes`, `sentinels`): a TOML array of strings, or one string of
-/// comma-separated URLs (handy in environment variables). Each is checked like `url`, by its
-/// index (`nodes[1]`); values are never shown (they may hold passwords).
+/// comma-separated URLs (handy in environment variables). An item that is not a string is
+/// reported by its index (`nodes[1]`) and kept as an empty stand-in, so that the settings'
+/// own problems keep naming the right index. Values are never shown (they may hold
+/// passwords).
 fn url_list(c: &mut Check, path: &str, v: &Value) -> Option<Vec<String>> {
-    let items: Vec<String> = match v {
-        Value::String(_, s) => s
-            .split(',')
-            .map(|u| u.trim().to_owned())
-            .filter(|u| !u.is_empty())
-            .collect(),
-        Value::Array(_, a) => {
-            let mut out = Vec::with_capacity(a.len());
-            for (i, item) in a.iter().enumerate() {
-                match item {
-                    Value::String(_, s) => out.push(s.clone()),
-                    _ => c.push(
-                        format!("{path}[{i}]"),
-                        "must be a URL string (value not shown: it may hold a password)",
-                    ),
-                }
-            }
-            out
-        }
+    match v {
+        Value::String(_, s) => Some(
+            s.split(',')
+                .map(|u| u.trim().to_owned())
+                .filter(|u| !u.is_empty())
+                .collect(),
+        ),
+        Value::Array(_, a) => Some(
+            a.iter()
+                .enumerate()
+                .map(|(i, item)| match item {
+                    Value::String(_, s) => s.clone(),
+                    _ => {
+                        c.push(
+                            format!("{path}[{i}]"),
+                            "must be a URL string (value not shown: it may hold a password)",
+                        );
+                        String::new()
+                    }
+                })
+                .collect(),
+        ),
         _ => {
             c.push(
                 path,
                 "must be a list of URLs such as [\"redis://127.0.0.1:7000\"] (value not shown)",
             );
-            return None;
+            None
         }
-    };
-    if items.is_empty() || items.len() > RedisSettings::MAX_NODES {
-        c.push(
-            path,
-            format!(
-                "must hold 1..={} URLs, got {}",
-                RedisSettings::MAX_NODES,
-                items.len()
-            ),
-        );
-        return None;
     }
-    let checked: Vec<String> = items
-        .into_iter()
-        .enumerate()
-        .filter_map(|(i, u)| check_url(c, &format!("{path}[{i}]"), u))
-        .collect();
-    Some(checked)
-}
-
-/// Checks the URL's shape without echoing it (it may hold a password).
-fn check_url(c: &mut Check, path: &str, url: String) -> Option<String> {
-    let scheme = url.split_once("://").map(|(s, _)| s);
-    if !matches!(scheme, Some("redis" | "rediss")) {
-        c.push(
-            path,
-            "must be a URL such as \"redis://127.0.0.1:6379/0\" (value not shown: it may hold a password)",
-        );
-        return None;
-    }
-    if !url_parses(&url) {
-        c.push(
-            path,
-            "not a valid redis:// URL (value not shown: it may hold a password)",
-        );
-        return None;
-    }
-    Some(url)
-}
-
-/// The minimal URL syntax check this crate can make without a Redis client: a host, an
-/// optional numeric port, an optional numeric database. The provider parses it fully.
-fn url_parses(url: &str) -> bool {
-    let Some(rest) = url
-        .strip_prefix("redis://")
-        .or_else(|| url.strip_prefix("rediss://"))
-    else {
-        return false;
-    };
-    let rest = rest.rsplit_once('@').map_or(rest, |(_, h)| h);
-    let (hostport, db) = rest.split_once('/').unwrap_or((rest, ""));
-    let db_ok = db.is_empty() || db.parse::<u32>().is_ok();
-    let (host, port) = match hostport.rsplit_once(':') {
-        Some((h, p)) if !h.ends_with(']') || h.starts_with('[') => (h, Some(p)),
-        _ => (hostport, None),
-    };
-    let port_ok = port.is_none_or(|p| p.parse::<u16>().is_ok());
-    !host.is_empty() && db_ok && port_ok
 }
 
 /// `[rate_limit.redis]` with every shown key.
