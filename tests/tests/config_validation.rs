@@ -572,3 +572,76 @@ fn worker_threads_is_read_bounded_and_rendered() {
         );
     }
 }
+
+#[test]
+fn redis_rules_are_the_providers_and_named_by_key_path() {
+    // The bounds and URL rules are the provider's own (`RedisSettings::validate`): what the
+    // configuration accepts, the provider accepts, and what it refuses is named here.
+    for (redis, path, says) in [
+        ("command_timeout = \"60s\"", "command_timeout", "59s"),
+        ("command_timeout = \"500us\"", "command_timeout", "1ms"),
+        ("min_replicas_ack = 17", "min_replicas_ack", "16"),
+        ("tls_ca_file = \"ca.crt\"", "tls_ca_file", "rediss://"),
+    ] {
+        let e = errors(&redis_config(
+            &secret_line(),
+            &format!("{GOOD_REDIS}\n{redis}"),
+            GOOD_POLICY,
+        ));
+        let p = problem_at(&e, &format!("rate_limit.redis.{path}"));
+        assert!(p.contains(says), "{redis}: {p}");
+        assert_eq!(e.0.len(), 1, "{redis}: one problem:\n{e}");
+    }
+    let s = ok(&redis_config(
+        &secret_line(),
+        &format!("{GOOD_REDIS}\ncommand_timeout = \"59s\""),
+        GOOD_POLICY,
+    ));
+    redis_of(s)
+        .validate()
+        .expect("what config accepts, the provider accepts");
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"cluster\"\n\
+         nodes = [\"redis://127.0.0.1:7000\", \"redis://127.0.0.1:7001/3\"]",
+        GOOD_POLICY,
+    ));
+    assert!(problem_at(&e, "rate_limit.redis.nodes[1]").contains("database 0"));
+}
+
+#[test]
+fn each_redis_key_gets_one_problem() {
+    // Not a string: named once by its index, and the others keep their own index.
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"cluster\"\n\
+         nodes = [\"redis://127.0.0.1:7000\", 7, \"http://u:pw-in-url@x\"]",
+        GOOD_POLICY,
+    ));
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(problem_at(&e, "rate_limit.redis.nodes[1]").contains("URL string"));
+    problem_at(&e, "rate_limit.redis.nodes[2]");
+    assert!(!e.to_string().contains("pw-in-url"), "{e}");
+    // A required key that is absent is named as required, not also as empty.
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"sentinel\"",
+        GOOD_POLICY,
+    ));
+    assert_eq!(e.0.len(), 2, "{e}");
+    assert!(problem_at(&e, "rate_limit.redis.master_name").starts_with("required"));
+    assert!(problem_at(&e, "rate_limit.redis.sentinels").starts_with("required"));
+    // A topology that cannot be read: the keys that do not depend on it are still checked.
+    let e = errors(&redis_config(
+        &secret_line(),
+        "role = \"coordination\"\ntopology = \"ring\"\nconnections = 0",
+        GOOD_POLICY,
+    ));
+    assert_eq!(e.0.len(), 2, "{e}");
+    problem_at(&e, "rate_limit.redis.topology");
+    problem_at(&e, "rate_limit.redis.connections");
+    // Disabled, an absent url is not a problem (nothing will connect), a bad one is.
+    ok("[rate_limit.redis]\nrole = \"coordination\"\n");
+    let e = errors("[rate_limit.redis]\nurl = \"redis://h:99999\"\n");
+    problem_at(&e, "rate_limit.redis.url");
+}

@@ -8,7 +8,7 @@
 //!
 //! # Publication without a runtime
 //!
-//! This crate depends on no async runtime, so it has no publisher task. Instead:
+//! The provider needs no async runtime and no publisher task. Instead:
 //!
 //! - **every call publishes lazily**: before it acts, each port method publishes every event
 //!   that is due by the clock (in batches of [`LocalGateSettings::publish_batch`], until none is
@@ -17,7 +17,8 @@
 //!   next publish time or its deadline, whichever is first, and then publishes, so a subscriber
 //!   sees publications on time even when nothing else calls the gate;
 //! - [`EventGatePort::publish_due`] stays available for an application timer that wants
-//!   publications on time with no subscriber waiting.
+//!   publications on time with no subscriber waiting; with the `publisher` feature,
+//!   [`LocalGatePublisher`] is that timer (a Tokio task, the crate's only runtime need).
 //!
 //! The wake-up at a deadline or publish time needs a timer; without a runtime it is one short
 //! sleeping thread per waiting call that is still pending (it only wakes the call's task).
@@ -50,6 +51,11 @@ use shared_contract::gate::{
     UpdateBatch,
 };
 use shared_contract::{Clock, Deadline};
+
+#[cfg(feature = "publisher")]
+mod publisher;
+#[cfg(feature = "publisher")]
+pub use publisher::LocalGatePublisher;
 
 /// Tunables of the local gate provider.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -57,7 +57,7 @@
 //!
 //! | feature | default | what |
 //! | --- | --- | --- |
-//! | (none) | | this crate has no optional features |
+//! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
 pub mod gate;
 mod store;
@@ -68,12 +68,15 @@ use std::sync::Arc;
 
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::{
-    Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, PolicyId, PolicySet,
-    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
+    Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, PolicyError, PolicyErrors, PolicyId,
+    PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source,
+    UnavailableCategory,
 };
 
 use store::{Key, SeededFold, Store};
 
+#[cfg(feature = "publisher")]
+pub use gate::LocalGatePublisher;
 pub use gate::{LocalGateProvider, LocalGateSettings};
 
 /// Tunables of the local provider.
@@ -83,6 +86,24 @@ pub struct LocalSettings {
     /// keys are evicted and start fresh when they return (see the crate docs). 0 holds nothing:
     /// every request is decided on empty state.
     pub max_keys: u64,
+}
+
+impl LocalSettings {
+    /// Checks the bounds a configuration must meet: at least one key. (The provider runs
+    /// with 0, deciding every request on empty state, but that is never what an operator
+    /// who writes it means.)
+    ///
+    /// # Errors
+    /// [`PolicyErrors`] naming `max_keys` when it is 0.
+    pub fn validate(&self) -> Result<(), PolicyErrors> {
+        if self.max_keys == 0 {
+            return Err(PolicyErrors(vec![PolicyError {
+                field: "max_keys",
+                problem: "must be > 0, got 0".to_owned(),
+            }]));
+        }
+        Ok(())
+    }
 }
 
 impl Default for LocalSettings {

@@ -22,7 +22,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::connection::{self, Access, Endpoint, LastError, Locate, NodeSet, Pick, Setup};
-use crate::provider::RedisSettings;
+use crate::settings::RedisSettings;
 
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;

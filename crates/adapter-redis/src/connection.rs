@@ -28,8 +28,8 @@ use tokio::task::JoinHandle;
 use tokio_rustls::TlsConnector;
 
 use crate::programs;
-use crate::provider::RedisSettings;
 use crate::sentinel::SentinelMonitor;
+use crate::settings::RedisSettings;
 use crate::tls;
 use crate::wire::{Conn, Driver};
 

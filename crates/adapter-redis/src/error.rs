@@ -1,66 +1,105 @@
-//! The one error type of this crate: what was wrong with the settings or policies handed to
-//! [`crate::RedisProvider::connect`].
+//! The one error type of this crate: what was wrong with the settings handed to
+//! [`crate::RedisProvider::connect`] or [`crate::RedisGateProvider::connect`].
+//!
+//! Each settings type checks itself and names every problem by its key inside its own
+//! section ([`SettingsProblem`]), the way `RateLimitPolicy::new` names policy fields: a
+//! configuration layer maps them to its key paths, and [`Error`] shows them under the
+//! section the crate's settings are documented in.
 //!
 //! Connection problems are deliberately *not* errors: an unreachable server at start is an
 //! operational condition the provider reports as `Unavailable(connect)` (and through
 //! `readiness()`) until the server answers, so a service can start before its Redis does.
 
-use std::time::Duration;
+use std::fmt;
+
+/// One refused setting, named by its key inside its section (`url`, `nodes[1]`,
+/// `command_timeout` under `[rate_limit.redis]`). The message never echoes a URL or a
+/// password.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {problem}")]
+pub struct SettingsProblem {
+    /// The key, relative to the section: `url`, `nodes[1]`, `tls_ca_file`, `publish_batch`.
+    pub field: String,
+    /// What is wrong with it.
+    pub problem: String,
+}
+
+impl SettingsProblem {
+    pub(crate) fn new(field: impl Into<String>, problem: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            problem: problem.into(),
+        }
+    }
+}
+
+/// Every problem of one settings value, so a configuration can be fixed in one pass.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", Shown { section: None, problems: &self.0 })]
+pub struct SettingsProblems(pub Vec<SettingsProblem>);
+
+/// Problems joined by `; `, each key under `section` when there is one.
+struct Shown<'a> {
+    section: Option<&'a str>,
+    problems: &'a [SettingsProblem],
+}
+
+impl fmt::Display for Shown<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.problems.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            match self.section {
+                Some(section) => write!(f, "{section}.{p}")?,
+                None => write!(f, "{p}")?,
+            }
+        }
+        Ok(())
+    }
+}
 
 /// Why a provider could not be built. Every message names the bad value and where it came from.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum Error {
-    /// A URL (`url`, `nodes[i]`, `sentinels[i]`) does not parse as a Redis URL. The URL itself
-    /// is not echoed: it may hold a password.
-    #[error("rate_limit.redis.{key}: not a valid Redis URL ({reason})")]
-    InvalidUrl { key: String, reason: String },
-    /// A URL names a transport this build does not speak (unix sockets, unknown schemes).
-    #[error(
-        "rate_limit.redis.{key}: scheme {scheme:?} is not supported by this build; use redis://host:port/db or rediss://host:port/db"
-    )]
-    UnsupportedScheme { key: String, scheme: String },
-    /// The topology settings do not fit together (missing seed nodes or sentinels, mixed
-    /// `redis://`/`rediss://`, a database other than 0 on a cluster, ...).
-    #[error("rate_limit.redis.{key}: {reason}")]
-    Topology { key: &'static str, reason: String },
-    /// `min_replicas_ack` is beyond what a deployment can have.
-    #[error(
-        "rate_limit.redis.min_replicas_ack: must be at most {max}, got {got}",
-        max = crate::RedisSettings::MAX_REPLICAS_ACK
-    )]
-    MinReplicasAck { got: u32 },
-    /// `command_timeout` must be positive and at most [`crate::RedisSettings::MAX_COMMAND_TIMEOUT`].
-    #[error("rate_limit.redis.command_timeout: must be between 1 ms and {max:?}, got {got:?}")]
-    CommandTimeout { got: Duration, max: Duration },
-    /// `connect_timeout` must be positive.
-    #[error("rate_limit.redis.connect_timeout: must be > 0, got {got:?}")]
-    ConnectTimeout { got: Duration },
-    /// `max_in_flight` must be at least 1 (0 would refuse every request).
-    #[error(
-        "rate_limit.redis.max_in_flight: must be between 1 and {max}, got {got}",
-        max = crate::RedisSettings::MAX_IN_FLIGHT
-    )]
-    MaxInFlight { got: usize },
-    /// `connections` must be between 1 and [`crate::RedisSettings::MAX_CONNECTIONS`].
-    #[error(
-        "rate_limit.redis.connections: must be between 1 and {max}, got {got}",
-        max = crate::RedisSettings::MAX_CONNECTIONS
-    )]
-    Connections { got: usize },
-    /// `key_prefix` must be 1..=32 characters of `[A-Za-z0-9_.-]` (no `{`/`}`: they would change
-    /// the cluster hash tag; no `:`: it separates the prefix from the rest).
-    #[error(
-        "rate_limit.redis.key_prefix: must be 1..=32 characters of [A-Za-z0-9_.-], got {got:?}"
-    )]
-    KeyPrefix { got: String },
-    /// A TLS setting is missing or its file cannot be used (the key is under `rate_limit.redis`).
-    #[error("rate_limit.redis.{key}: {reason}")]
-    Tls { key: &'static str, reason: String },
-    /// `username`/`password` cannot be combined with the URL's own credentials, or are empty.
-    #[error("rate_limit.redis.{key}: {reason}")]
-    Credentials { key: &'static str, reason: String },
-    /// A gate provider tunable is out of range (`RedisGateSettings`).
-    #[error("event_gates.redis.{field}: out of range, got {got}")]
-    GateSetting { field: &'static str, got: String },
+    /// The Redis settings ([`crate::RedisSettings::validate`]), each problem under
+    /// `rate_limit.redis`.
+    #[error("{}", Shown { section: Some("rate_limit.redis"), problems: &.0.0 })]
+    Settings(SettingsProblems),
+    /// The gate provider's tunables ([`crate::RedisGateSettings::validate`]), each problem
+    /// under `event_gates.redis`.
+    #[error("{}", Shown { section: Some("event_gates.redis"), problems: &.0.0 })]
+    GateSettings(SettingsProblems),
+}
+
+impl From<SettingsProblem> for Error {
+    fn from(p: SettingsProblem) -> Self {
+        Error::Settings(SettingsProblems(vec![p]))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_problem_is_shown_under_its_section() {
+        let problems = SettingsProblems(vec![
+            SettingsProblem::new("url", "not a valid Redis URL"),
+            SettingsProblem::new("nodes[1]", "bad"),
+        ]);
+        assert_eq!(
+            problems.to_string(),
+            "url: not a valid Redis URL; nodes[1]: bad"
+        );
+        assert_eq!(
+            Error::Settings(problems.clone()).to_string(),
+            "rate_limit.redis.url: not a valid Redis URL; rate_limit.redis.nodes[1]: bad"
+        );
+        assert_eq!(
+            Error::GateSettings(SettingsProblems(vec![SettingsProblem::new("x", "y")])).to_string(),
+            "event_gates.redis.x: y"
+        );
+    }
 }

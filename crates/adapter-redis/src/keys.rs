@@ -27,7 +27,7 @@ use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
 use shared_contract::{RateLimitPolicy, SubjectDigest};
 
-use crate::error::Error;
+use crate::error::{Error, SettingsProblem};
 
 /// Domain label of the hash-tag derivation.
 const TAG_DOMAIN: &[u8] = b"rl-tag-v1";
@@ -38,11 +38,12 @@ const TAG_BYTES: usize = 3;
 /// Bytes of SHA-256 kept in the digest: 12 bytes = exactly 16 base64url characters.
 const DIGEST_BYTES: usize = 12;
 
-/// Checks a key prefix: 1..=32 characters of `[A-Za-z0-9_.-]`.
+/// Checks a key prefix: 1..=32 characters of `[A-Za-z0-9_.-]` (no `{`/`}`: they would change
+/// the cluster hash tag; no `:`: it separates the prefix from the rest).
 ///
 /// # Errors
-/// [`Error::KeyPrefix`] otherwise.
-pub fn check_prefix(prefix: &str) -> Result<(), Error> {
+/// The problem, on `key_prefix`, otherwise.
+pub fn check_prefix(prefix: &str) -> Result<(), SettingsProblem> {
     let ok = !prefix.is_empty()
         && prefix.len() <= 32
         && prefix
@@ -51,9 +52,13 @@ pub fn check_prefix(prefix: &str) -> Result<(), Error> {
     if ok {
         Ok(())
     } else {
-        Err(Error::KeyPrefix {
-            got: prefix.chars().take(40).collect(),
-        })
+        Err(SettingsProblem::new(
+            "key_prefix",
+            format!(
+                "must be 1..=32 characters of [A-Za-z0-9_.-], got {:?}",
+                prefix.chars().take(40).collect::<String>()
+            ),
+        ))
     }
 }
 
@@ -81,7 +86,7 @@ impl std::fmt::Debug for PolicyKeys {
 
 impl PolicyKeys {
     /// # Errors
-    /// [`Error::KeyPrefix`] when `prefix` is not acceptable (see [`check_prefix`]).
+    /// [`Error::Settings`] when `prefix` is not acceptable (see [`check_prefix`]).
     pub fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
         check_prefix(prefix)?;
         let mut h = Sha256::new();

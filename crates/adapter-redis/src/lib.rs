@@ -14,7 +14,8 @@
 //! | the strict reply parser (pure) | [`reply`] |
 //! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
 //! | the start-up check of the ACL user's permissions | [`acl`] |
-//! | settings, topology, the port | [`provider`] |
+//! | settings, topology, every rule about them (field-named problems) | [`settings`] |
+//! | the port | [`provider`] |
 //! | supervised connections to one node | `connection` |
 //! | the multiplexed RESP2 connection itself (encoding, reply parser, at-most-once calls) | `wire` |
 //! | topologies (standalone, Sentinel, Cluster) and running a program | `pool`, `sentinel`, `cluster` |
@@ -44,10 +45,12 @@ pub mod programs;
 pub mod provider;
 pub mod reply;
 mod sentinel;
+pub mod settings;
 pub mod tls;
 mod wire;
 
-pub use error::Error;
+pub use error::{Error, SettingsProblem, SettingsProblems};
 pub use gate::{RedisGateProvider, RedisGateSettings};
-pub use provider::{RedisProvider, RedisSettings, Topology};
+pub use provider::RedisProvider;
+pub use settings::{RedisSettings, Topology};
 pub use tls::TlsFiles;

@@ -24,10 +24,9 @@ use tokio::time::Instant;
 
 use crate::cluster::Cluster;
 use crate::connection::{Link, Locate, NodeSet, Pick, Setup, Tasks};
-use crate::error::Error;
 use crate::failure::{self, Failure};
-use crate::provider::{RedisSettings, Resolved};
 use crate::sentinel::SentinelMonitor;
+use crate::settings::{RedisSettings, Resolved};
 use crate::wire::WireError;
 
 /// Writes one program call (`EVALSHA sha1 ...` or `EVAL source ...`) as RESP: given the
@@ -71,14 +70,10 @@ impl Reply {
 }
 
 impl Pool {
-    /// Checks `settings`, starts the connections (and the Sentinel monitor or the cluster
-    /// map), and waits at most about `connect_timeout` for the first attempts. An unreachable
-    /// server is not an error.
-    ///
-    /// # Errors
-    /// [`Error`] naming the bad setting.
-    pub(crate) async fn start(settings: &RedisSettings, setup: Setup) -> Result<Self, Error> {
-        let resolved = settings.validate()?;
+    /// Starts the connections to the `resolved` topology of `settings` (and the Sentinel
+    /// monitor or the cluster map), and waits at most about `connect_timeout` for the first
+    /// attempts. An unreachable server is not an error.
+    pub(crate) async fn start(settings: &RedisSettings, resolved: Resolved, setup: Setup) -> Self {
         let setup = Arc::new(setup);
         let wait = (settings.min_replicas_ack > 0).then(|| {
             let ms = (settings.command_timeout / 2).as_millis().max(1);
@@ -123,11 +118,11 @@ impl Pool {
                 (Topology::Cluster(cluster), vec![task])
             }
         };
-        Ok(Self {
+        Self {
             topology,
             wait,
             _tasks: Tasks(tasks),
-        })
+        }
     }
 
     /// A live connection for a call on `slot` (the slot matters only on a cluster).

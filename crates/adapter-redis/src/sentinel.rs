@@ -21,7 +21,7 @@ use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
 use crate::connection::{self, Access, Endpoint, LastError};
-use crate::provider::RedisSettings;
+use crate::settings::RedisSettings;
 
 /// How often the sentinels are asked while nothing fails.
 pub(crate) const POLL: Duration = Duration::from_millis(250);

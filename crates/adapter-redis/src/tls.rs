@@ -1,8 +1,8 @@
 //! TLS for `rediss://` endpoints: the server is checked against the configured CA and the
 //! URL's host name (or IP address); a client certificate and key give mutual TLS.
 //!
-//! Built once from [`TlsFiles`] when the settings are checked, so a bad file is a start-up
-//! error naming its key, never a connection that silently runs without verification.
+//! Built once from [`TlsFiles`] when the settings are checked, so a bad file is a settings
+//! problem naming its key, never a connection that silently runs without verification.
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -12,7 +12,7 @@ use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio_rustls::TlsConnector;
 use tokio_rustls::rustls::{ClientConfig, RootCertStore, crypto};
 
-use crate::error::Error;
+use crate::error::SettingsProblem;
 
 /// PEM files for `rediss://` (`tls_ca_file`, `tls_cert_file`, `tls_key_file`).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -39,21 +39,20 @@ pub(crate) fn server_name(host: &str) -> Result<ServerName<'static>, String> {
         .map_err(|e| format!("host {host:?} is not a valid TLS server name: {e}"))
 }
 
-fn tls_error(key: &'static str, path: &Path, reason: impl std::fmt::Display) -> Error {
-    Error::Tls {
-        key,
-        reason: format!("{}: {reason}", path.display()),
-    }
+fn tls_error(key: &'static str, path: &Path, reason: impl std::fmt::Display) -> SettingsProblem {
+    SettingsProblem::new(key, format!("{}: {reason}", path.display()))
 }
 
 /// Reads the files and builds the client configuration (shared by every node of a topology).
-pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, Error> {
+///
+/// # Errors
+/// The problem, on the key of the file that is missing or cannot be used.
+pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, SettingsProblem> {
     let Some(ca_file) = &files.ca_file else {
-        return Err(Error::Tls {
-            key: "tls_ca_file",
-            reason: "required with rediss:// (the CA that signed the server's certificate)"
-                .to_owned(),
-        });
+        return Err(SettingsProblem::new(
+            "tls_ca_file",
+            "required with rediss:// (the CA that signed the server's certificate)",
+        ));
     };
     let mut roots = RootCertStore::empty();
     let mut n = 0usize;
@@ -71,10 +70,7 @@ pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, Error> {
     }
     let builder = ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
         .with_safe_default_protocol_versions()
-        .map_err(|e| Error::Tls {
-            key: "tls_ca_file",
-            reason: e.to_string(),
-        })?
+        .map_err(|e| SettingsProblem::new("tls_ca_file", e.to_string()))?
         .with_root_certificates(roots);
     let config = match (&files.cert_file, &files.key_file) {
         (None, None) => builder.with_no_client_auth(),
@@ -97,16 +93,16 @@ pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, Error> {
                 .map_err(|e| tls_error("tls_key_file", key_file, e))?
         }
         (Some(_), None) => {
-            return Err(Error::Tls {
-                key: "tls_key_file",
-                reason: "required when tls_cert_file is set".to_owned(),
-            });
+            return Err(SettingsProblem::new(
+                "tls_key_file",
+                "required when tls_cert_file is set",
+            ));
         }
         (None, Some(_)) => {
-            return Err(Error::Tls {
-                key: "tls_cert_file",
-                reason: "required when tls_key_file is set".to_owned(),
-            });
+            return Err(SettingsProblem::new(
+                "tls_cert_file",
+                "required when tls_key_file is set",
+            ));
         }
     };
     Ok(TlsConnector::from(Arc::new(config)))

@@ -8,6 +8,11 @@
 //! command timeout; an open circuit answers in nanoseconds and takes load off a recovering
 //! server. The state is a few atomics, so the closed path (the normal one) costs two loads.
 //!
+//! Time is the injected [`Clock`]'s, as for every time-based part (tests advance a
+//! `ManualClock` instead of sleeping). Only the length of the cool-down is measured, so a
+//! clock that goes back past the moment the circuit opened ends the cool-down at once (one
+//! probe) rather than holding the circuit open for as long as the clock went back.
+//!
 //! Counted as failures: `Unavailable` of categories connect, server and clock, and
 //! `Indeterminate`. Not counted: `admission` and `deadline` (this process's own load and its
 //! callers' budgets say nothing about the server) and `Incompatible` (not transient; a breaker
@@ -17,10 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, RequestError,
-    UnavailableCategory,
+    Clock, EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
+    RequestError, SystemClock, UnavailableCategory,
 };
-use tokio::time::Instant;
 
 use crate::settings::BreakerSettings;
 
@@ -62,20 +66,30 @@ pub struct CircuitBreaker {
     settings: BreakerSettings,
     state: AtomicU8,
     failures: AtomicU32,
-    /// When an open circuit may probe, in ms since `epoch`.
+    /// When an open circuit may probe, by `clock`.
     open_until_ms: AtomicU64,
-    epoch: Instant,
+    clock: Arc<dyn Clock>,
 }
 
 impl CircuitBreaker {
+    /// A breaker around `inner` on the system clock.
     pub fn new(inner: Arc<dyn EdgeRateLimitPort>, settings: BreakerSettings) -> Self {
+        Self::with_clock(inner, settings, Arc::new(SystemClock))
+    }
+
+    /// A breaker around `inner` that reads time from `clock`.
+    pub fn with_clock(
+        inner: Arc<dyn EdgeRateLimitPort>,
+        settings: BreakerSettings,
+        clock: Arc<dyn Clock>,
+    ) -> Self {
         let b = Self {
             inner,
             settings,
             state: AtomicU8::new(CLOSED),
             failures: AtomicU32::new(0),
             open_until_ms: AtomicU64::new(0),
-            epoch: Instant::now(),
+            clock,
         };
         b.export(BreakerState::Closed);
         b
@@ -100,7 +114,7 @@ impl CircuitBreaker {
         match to {
             BreakerState::Open => tracing::warn!(
                 state = to.as_str(),
-                cool_down_ms = self.settings.cool_down.as_millis() as u64,
+                cool_down_ms = self.cool_down_ms(),
                 "rate-limit circuit breaker opened: {why}"
             ),
             _ => tracing::info!(state = to.as_str(), "rate-limit circuit breaker: {why}"),
@@ -108,13 +122,22 @@ impl CircuitBreaker {
     }
 
     fn now_ms(&self) -> u64 {
-        Instant::now()
-            .saturating_duration_since(self.epoch)
-            .as_millis() as u64
+        self.clock.now_ms()
+    }
+
+    fn cool_down_ms(&self) -> u64 {
+        self.settings.cool_down.as_millis() as u64
+    }
+
+    /// Whether an open circuit's cool-down is over at `now`: its deadline has passed, or the
+    /// clock went back before the moment the circuit opened (see the module docs).
+    fn cooled_down(&self, now: u64) -> bool {
+        let until = self.open_until_ms.load(Ordering::Acquire);
+        now >= until || now.saturating_add(self.cool_down_ms()) < until
     }
 
     fn open(&self, why: &str) {
-        let until = self.now_ms() + self.settings.cool_down.as_millis() as u64;
+        let until = self.now_ms().saturating_add(self.cool_down_ms());
         // The deadline is written before the state, so whoever sees OPEN sees its deadline.
         self.open_until_ms.store(until, Ordering::Release);
         self.state.store(OPEN, Ordering::Release);
@@ -125,7 +148,8 @@ impl CircuitBreaker {
         let left = self
             .open_until_ms
             .load(Ordering::Acquire)
-            .saturating_sub(self.now_ms());
+            .saturating_sub(self.now_ms())
+            .min(self.cool_down_ms());
         RateLimitOutcome::Unavailable {
             policy_id: request.policy_id.clone(),
             // At least the rest of the cool-down; never 0, so clients back off.
@@ -201,7 +225,7 @@ impl EdgeRateLimitPort for CircuitBreaker {
                 self.on_closed_outcome(&outcome);
                 Ok(outcome)
             }
-            OPEN if self.now_ms() >= self.open_until_ms.load(Ordering::Acquire)
+            OPEN if self.cooled_down(self.now_ms())
                 && self
                     .state
                     .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
@@ -261,8 +285,8 @@ mod tests {
     use std::time::Duration;
 
     use shared_contract::{
-        AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, PolicyId, PolicyRevision,
-        PolicySpec, RateLimitDecision, RateLimitPolicy, Source, SubjectDigest,
+        AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, ManualClock, PolicyId,
+        PolicyRevision, PolicySpec, RateLimitDecision, RateLimitPolicy, Source, SubjectDigest,
     };
 
     use super::*;
@@ -272,6 +296,8 @@ mod tests {
     struct Scripted {
         policies: PolicySet,
         down: Mutex<bool>,
+        /// Whether an evaluation waits forever (a probe still in flight).
+        stalls: Mutex<bool>,
         calls: AtomicU32,
     }
 
@@ -297,6 +323,9 @@ mod tests {
     impl EdgeRateLimitPort for Scripted {
         async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
             self.calls.fetch_add(1, Ordering::SeqCst);
+            if *self.stalls.lock().expect("lock") {
+                std::future::pending::<()>().await;
+            }
             if *self.down.lock().expect("lock") {
                 return Ok(RateLimitOutcome::Unavailable {
                     policy_id: r.policy_id,
@@ -331,26 +360,41 @@ mod tests {
         }
     }
 
-    fn setup(threshold: u32, cool_down_ms: u64) -> (Arc<Scripted>, CircuitBreaker) {
+    /// A breaker around a port that is down, on a manual clock at 1,000,000 ms.
+    fn setup(threshold: u32, cool_down_ms: u64) -> (Arc<Scripted>, CircuitBreaker, ManualClock) {
         let inner = Arc::new(Scripted {
             policies: policy_set(),
             down: Mutex::new(true),
+            stalls: Mutex::new(false),
             calls: AtomicU32::new(0),
         });
-        let b = CircuitBreaker::new(
+        let clock = ManualClock::new(1_000_000);
+        let b = CircuitBreaker::with_clock(
             inner.clone(),
             BreakerSettings {
                 enabled: true,
                 failure_threshold: threshold,
                 cool_down: Duration::from_millis(cool_down_ms),
             },
+            Arc::new(clock.clone()),
         );
-        (inner, b)
+        (inner, b, clock)
+    }
+
+    fn retry_after_ms(o: &RateLimitOutcome) -> u64 {
+        match o {
+            RateLimitOutcome::Unavailable {
+                category: UnavailableCategory::CircuitOpen,
+                retry_after_ms,
+                ..
+            } => *retry_after_ms,
+            other => panic!("expected circuit_open, got {other:?}"),
+        }
     }
 
     #[tokio::test]
     async fn opens_after_threshold_and_then_sends_nothing() {
-        let (inner, b) = setup(3, 60_000);
+        let (inner, b, _) = setup(3, 60_000);
         for _ in 0..3 {
             let o = b.evaluate(request()).await.expect("valid request");
             assert!(matches!(
@@ -378,7 +422,7 @@ mod tests {
 
     #[tokio::test]
     async fn successes_reset_the_count() {
-        let (inner, b) = setup(3, 60_000);
+        let (inner, b, _) = setup(3, 60_000);
         for _ in 0..2 {
             b.evaluate(request()).await.expect("valid request");
         }
@@ -397,10 +441,13 @@ mod tests {
 
     #[tokio::test]
     async fn half_open_probe_closes_on_success_and_reopens_on_failure() {
-        let (inner, b) = setup(1, 30);
+        let (inner, b, clock) = setup(1, 30);
         b.evaluate(request()).await.expect("valid request");
         assert_eq!(b.state(), BreakerState::Open);
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        clock.advance(29);
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert_eq!(retry_after_ms(&o), 1, "a millisecond of cool-down left");
+        clock.advance(1);
         // Still down: the probe fails, the circuit opens again.
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(
@@ -412,7 +459,7 @@ mod tests {
         ));
         assert_eq!(b.state(), BreakerState::Open);
         assert_eq!(inner.calls.load(Ordering::SeqCst), 2);
-        tokio::time::sleep(Duration::from_millis(40)).await;
+        clock.advance(30);
         *inner.down.lock().expect("lock") = false;
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(o, RateLimitOutcome::Evaluated(_)));
@@ -421,7 +468,7 @@ mod tests {
 
     #[tokio::test]
     async fn requests_are_still_checked_while_open() {
-        let (_, b) = setup(1, 60_000);
+        let (_, b, _) = setup(1, 60_000);
         b.evaluate(request()).await.expect("valid request");
         let mut r = request();
         r.policy_id = PolicyId::new("other").expect("valid id");
@@ -429,5 +476,58 @@ mod tests {
             b.evaluate(r).await,
             Err(RequestError::UnknownPolicy(_))
         ));
+    }
+
+    #[tokio::test]
+    async fn the_retry_hint_is_the_rest_of_the_cool_down() {
+        let (_, b, clock) = setup(1, 60_000);
+        b.evaluate(request()).await.expect("valid request");
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert_eq!(retry_after_ms(&o), 60_000);
+        clock.advance(20_000);
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert_eq!(retry_after_ms(&o), 40_000);
+    }
+
+    #[tokio::test]
+    async fn a_clock_that_goes_back_past_the_opening_ends_the_cool_down() {
+        let (inner, b, clock) = setup(1, 60_000);
+        b.evaluate(request()).await.expect("valid request");
+        // Back, but not before the opening: still open, and the hint never exceeds the
+        // cool-down.
+        clock.set(1_000_000);
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert_eq!(retry_after_ms(&o), 60_000);
+        assert_eq!(inner.calls.load(Ordering::SeqCst), 1);
+        // Before the opening: the cool-down cannot be measured, so one probe goes through.
+        clock.set(999_999);
+        *inner.down.lock().expect("lock") = false;
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert!(matches!(o, RateLimitOutcome::Evaluated(_)), "{o:?}");
+        assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test]
+    async fn an_abandoned_probe_lets_the_next_request_probe() {
+        let (inner, b, clock) = setup(1, 30);
+        b.evaluate(request()).await.expect("valid request");
+        clock.advance(30);
+        // The probe is sent and its future dropped before the answer.
+        *inner.stalls.lock().expect("lock") = true;
+        {
+            let mut probe = std::pin::pin!(b.evaluate(request()));
+            let waker = std::task::Waker::noop();
+            let polled = probe
+                .as_mut()
+                .poll(&mut std::task::Context::from_waker(waker));
+            assert!(polled.is_pending());
+            assert_eq!(b.state(), BreakerState::HalfOpen);
+        }
+        assert_eq!(b.state(), BreakerState::Open, "the guard reopened it");
+        *inner.stalls.lock().expect("lock") = false;
+        *inner.down.lock().expect("lock") = false;
+        let o = b.evaluate(request()).await.expect("valid request");
+        assert!(matches!(o, RateLimitOutcome::Evaluated(_)), "{o:?}");
+        assert_eq!(b.state(), BreakerState::Closed);
     }
 }

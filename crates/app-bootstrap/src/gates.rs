@@ -4,32 +4,30 @@
 //! ```text
 //! rate_limit.provider = "redis" (enabled):  RedisGateProvider on [rate_limit.redis]
 //!                                           (it runs its own publisher and conditional delete)
-//! otherwise:                                LocalGateProvider + a publisher task here
+//! otherwise:                                LocalGateProvider + its LocalGatePublisher
 //! ```
+//!
+//! Both providers and their publishers live in their adapters; this module only chooses and
+//! composes them.
 //!
 //! The key design decision: **no gate configured means nothing exists**, as for rate
 //! limiting: [`build_gates`] answers `None`, and no provider, connection or task is created.
 //! Rate limiting disabled but gates configured: the gates are local (a disabled limiter has
 //! no Redis settings to share).
 
-use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapter_local::LocalGateProvider;
+use adapter_local::{LocalGateProvider, LocalGatePublisher};
 use adapter_redis::{RedisGateProvider, RedisGateSettings};
-use shared_contract::gate::{EventGatePort, GateOutcome, GateSet};
+use shared_contract::gate::EventGatePort;
 use shared_contract::{Deadline, SystemClock};
-use tokio::sync::watch;
-use tokio::task::JoinHandle;
 
 use crate::compose::BuildError;
 use crate::settings::{ProviderSettings, RateLimitSettings, Settings};
 
 /// How often the local publisher publishes due events (and sweeps, every 100th round).
-pub const LOCAL_PUBLISH_INTERVAL: Duration = Duration::from_millis(10);
-/// Events the local publisher publishes or removes per gate per call.
-const LOCAL_BATCH: usize = 1024;
+pub const LOCAL_PUBLISH_INTERVAL: Duration = LocalGatePublisher::INTERVAL;
 
 /// The running gates: the port and what stops its background work.
 #[derive(Debug)]
@@ -42,11 +40,7 @@ pub struct GateRuntime {
 
 #[derive(Debug)]
 enum Stop {
-    /// The local publisher task and the sender that stops it.
-    Local(
-        watch::Sender<bool>,
-        tokio::sync::Mutex<Option<JoinHandle<()>>>,
-    ),
+    Local(LocalGatePublisher),
     Redis(Arc<RedisGateProvider>),
 }
 
@@ -69,12 +63,7 @@ impl GateRuntime {
     /// Stops the background publisher(s) and waits for them. Idempotent.
     pub async fn shutdown(&self) {
         match &self.stop {
-            Stop::Local(stop, task) => {
-                let _ = stop.send(true);
-                if let Some(t) = task.lock().await.take() {
-                    let _ = t.await;
-                }
-            }
+            Stop::Local(publisher) => publisher.shutdown().await,
             Stop::Redis(p) => p.shutdown().await,
         }
     }
@@ -108,61 +97,26 @@ pub async fn build_gates(settings: &Settings) -> Result<Option<GateRuntime>, Bui
             stop: Stop::Redis(provider),
         }));
     }
-    let provider = Arc::new(LocalGateProvider::new(gates.clone(), Arc::new(SystemClock)));
-    let (stop, stopped) = watch::channel(false);
-    let task = tokio::spawn(local_publisher(provider.clone(), gates, stopped));
+    let provider = Arc::new(LocalGateProvider::new(gates, Arc::new(SystemClock)));
+    let publisher = LocalGatePublisher::spawn(provider.clone());
     tracing::info!(gates = count, "event gates: local provider");
     Ok(Some(GateRuntime {
         port: provider,
         provider: "local",
         budget: Duration::from_secs(1),
-        stop: Stop::Local(stop, tokio::sync::Mutex::new(Some(task))),
+        stop: Stop::Local(publisher),
     }))
-}
-
-/// Publishes due events of every gate every [`LOCAL_PUBLISH_INTERVAL`], so events are
-/// published on time without traffic, and removes expired terminal events once a second.
-async fn local_publisher(
-    provider: Arc<LocalGateProvider>,
-    gates: GateSet,
-    mut stopped: watch::Receiver<bool>,
-) {
-    let batch = NonZeroUsize::new(LOCAL_BATCH).unwrap_or(NonZeroUsize::MIN);
-    let mut tick = tokio::time::interval(LOCAL_PUBLISH_INTERVAL);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut round: u64 = 0;
-    loop {
-        tokio::select! {
-            _ = tick.tick() => {}
-            _ = stopped.changed() => return,
-        }
-        if *stopped.borrow() {
-            return;
-        }
-        round = round.wrapping_add(1);
-        for g in gates.iter() {
-            let Ok(deadline) = Deadline::within(Duration::from_secs(1)) else {
-                continue;
-            };
-            match provider.publish_due(g.id(), batch, deadline).await {
-                Ok(GateOutcome::Evaluated(_)) => {}
-                Ok(other) => {
-                    tracing::debug!(gate = %g.id(), outcome = other.name(), "publish_due");
-                }
-                Err(e) => tracing::warn!(error = %e, "publish_due"),
-            }
-            if round.is_multiple_of(100) {
-                let _ = provider.sweep(g.id(), batch, deadline).await;
-            }
-        }
-    }
 }
 
 #[cfg(test)]
 mod tests {
+    use std::num::NonZeroUsize;
+
     use super::*;
     use crate::config::from_toml;
-    use shared_contract::gate::{EventId, EventKey, GateId, SubmitOutcome, SubmitRequest};
+    use shared_contract::gate::{
+        EventId, EventKey, GateId, GateOutcome, SubmitOutcome, SubmitRequest,
+    };
 
     fn problems(toml: &str) -> Vec<String> {
         match from_toml(toml) {

@@ -34,7 +34,7 @@ pub mod settings;
 
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
-pub use config::{ConfigErrors, Problem, Sources, load};
+pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{

@@ -23,7 +23,7 @@ pub struct GateKeys {
 
 impl GateKeys {
     /// # Errors
-    /// [`Error::KeyPrefix`] when `prefix` is not 1..=32 characters of `[A-Za-z0-9_.-]`.
+    /// [`Error::Settings`] when `prefix` is not 1..=32 characters of `[A-Za-z0-9_.-]`.
     pub fn new(prefix: &str, gate: &GateId) -> Result<Self, Error> {
         check_prefix(prefix)?;
         Ok(Self {

@@ -60,11 +60,11 @@ use super::keys::GateKeys;
 use super::programs::{self, GateProgram};
 use super::reply::{self, Published, ReplyError};
 use crate::connection::{Script, Setup};
-use crate::error::Error;
+use crate::error::{Error, SettingsProblem, SettingsProblems};
 use crate::failure::Failure;
 use crate::keys::hash_slot;
 use crate::pool::Pool;
-use crate::provider::RedisSettings;
+use crate::settings::RedisSettings;
 
 /// Tunables of the gate provider beside the connection settings.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -107,27 +107,56 @@ impl RedisGateSettings {
     /// Largest accepted stream bound.
     pub const MAX_STREAM_LEN: u64 = (1 << 40) - 1;
 
-    fn validate(&self) -> Result<(), Error> {
-        let bad = |field: &'static str, got: String| Err(Error::GateSetting { field, got });
-        if self.publish_batch.get() > Self::MAX_BATCH {
-            return bad("publish_batch", self.publish_batch.to_string());
-        }
-        if self.sweep_batch.get() > Self::MAX_BATCH {
-            return bad("sweep_batch", self.sweep_batch.to_string());
+    /// Longest accepted interval (`publish_interval`, `sweep_interval`, `updates_poll`).
+    pub const MAX_INTERVAL: Duration = Duration::from_secs(60);
+
+    /// Checks every tunable.
+    ///
+    /// # Errors
+    /// Every problem found, each named by its field (`publish_batch`, `updates_poll`, ...).
+    pub fn validate(&self) -> Result<(), SettingsProblems> {
+        let mut problems = Vec::new();
+        for (field, n) in [
+            ("publish_batch", self.publish_batch),
+            ("sweep_batch", self.sweep_batch),
+        ] {
+            if n.get() > Self::MAX_BATCH {
+                problems.push(SettingsProblem::new(
+                    field,
+                    format!("must be between 1 and {}, got {n}", Self::MAX_BATCH),
+                ));
+            }
         }
         if self.stream_max_len == 0 || self.stream_max_len > Self::MAX_STREAM_LEN {
-            return bad("stream_max_len", self.stream_max_len.to_string());
+            problems.push(SettingsProblem::new(
+                "stream_max_len",
+                format!(
+                    "must be between 1 and {}, got {}",
+                    Self::MAX_STREAM_LEN,
+                    self.stream_max_len
+                ),
+            ));
         }
         for (field, d) in [
             ("publish_interval", self.publish_interval),
             ("sweep_interval", self.sweep_interval),
             ("updates_poll", self.updates_poll),
         ] {
-            if d.is_zero() || d > Duration::from_secs(60) {
-                return bad(field, format!("{d:?}"));
+            if d.is_zero() || d > Self::MAX_INTERVAL {
+                problems.push(SettingsProblem::new(
+                    field,
+                    format!(
+                        "must be > 0 and at most {:?}, got {d:?}",
+                        Self::MAX_INTERVAL
+                    ),
+                ));
             }
         }
-        Ok(())
+        if problems.is_empty() {
+            Ok(())
+        } else {
+            Err(SettingsProblems(problems))
+        }
     }
 }
 
@@ -339,7 +368,8 @@ impl RedisGateProvider {
         gates: GateSet,
         gate_settings: RedisGateSettings,
     ) -> Result<Self, Error> {
-        gate_settings.validate()?;
+        gate_settings.validate().map_err(Error::GateSettings)?;
+        let resolved = settings.resolve().map_err(Error::Settings)?;
         let mut plans = HashMap::new();
         for g in gates.iter() {
             let keys = GateKeys::new(&settings.key_prefix, g.id())?;
@@ -355,6 +385,7 @@ impl RedisGateProvider {
         }
         let pool = Pool::start(
             &settings,
+            resolved,
             Setup {
                 scripts: gate_scripts(),
                 acl: Arc::new(
@@ -362,7 +393,7 @@ impl RedisGateProvider {
                 ),
             },
         )
-        .await?;
+        .await;
         let shared = Arc::new(Shared {
             admission: Semaphore::new(settings.max_in_flight),
             settings,
@@ -650,5 +681,39 @@ impl EventGatePort for RedisGateProvider {
             .pool
             .readiness(self.shared.settings.command_timeout)
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn gate_tunables_out_of_range_are_refused_by_field() {
+        assert!(RedisGateSettings::default().validate().is_ok());
+        let bad = RedisGateSettings {
+            publish_batch: NonZeroUsize::new(RedisGateSettings::MAX_BATCH + 1)
+                .unwrap_or(NonZeroUsize::MIN),
+            stream_max_len: 0,
+            updates_poll: Duration::ZERO,
+            sweep_interval: RedisGateSettings::MAX_INTERVAL + Duration::from_millis(1),
+            ..RedisGateSettings::default()
+        };
+        let problems = bad.validate().expect_err("out of range");
+        let fields: Vec<&str> = problems.0.iter().map(|p| p.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "publish_batch",
+                "stream_max_len",
+                "sweep_interval",
+                "updates_poll"
+            ]
+        );
+        let shown = Error::GateSettings(problems).to_string();
+        assert!(
+            shown.starts_with("event_gates.redis.publish_batch: must be between 1 and 100000"),
+            "{shown}"
+        );
     }
 }

@@ -1,0 +1,187 @@
+//! Loading and validating the configuration: a TOML file and `APP_` environment variables,
+//! merged by figment, then read key by key into the typed [`Settings`].
+//!
+//! The merged document is read as an untyped tree and checked field by field (rather than
+//! deserialized with serde in one go) so that **every** problem is reported in one pass, each
+//! as one [`Problem`] naming the full key path and the bad value: serde stops at the first
+//! type error, and an operator should not have to fix a file one line per restart.
+//! Secrets are never echoed, not even when they are wrong.
+//!
+//! Config only reads. Each settings type checks its own fields ([`RateLimitPolicy::new`],
+//! [`GateSettings::new`], `validate` on the HTTP, breaker, local and Redis settings) and
+//! names the field of each problem; the section's reader puts that name under its key path.
+//! What is left here are the rules of the file itself: which keys exist, which are required
+//! when rate limiting is enabled, and references between sections.
+//!
+//! Rules that hold whether or not rate limiting is enabled: every key that is present must be
+//! known and valid. Rules that only hold when it is enabled: the keys it needs (provider,
+//! default policy, a Redis role, URL and subject secret for the redis provider) must be there.
+//!
+//! | module | section |
+//! | --- | --- |
+//! | `reader` | the generic typed reads, the per-key description of a flat section, the `--check` writer |
+//! | `env` | `APP_` variables -> a tree merged over the file |
+//! | `http` | `[http]` |
+//! | `rate_limit` | `[rate_limit]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret |
+//! | `redis` | `[rate_limit.redis]` |
+//! | `policies` | `[rate_limit.policies.*]` |
+//! | `routes` | `[[routes]]` |
+//! | `gates` | `[event_gates.*]` |
+//!
+//! [`RateLimitPolicy::new`]: shared_contract::RateLimitPolicy::new
+//! [`GateSettings::new`]: shared_contract::gate::GateSettings::new
+
+mod env;
+mod gates;
+mod http;
+mod policies;
+mod rate_limit;
+pub(crate) mod reader;
+mod redis;
+mod routes;
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use figment::value::Dict;
+
+pub use env::{ENV_PREFIX, ENV_SEPARATOR};
+
+use crate::settings::Settings;
+use reader::Check;
+
+/// The top-level sections.
+pub const TOP_KEYS: &[&str] = &["http", "rate_limit", "routes", "event_gates"];
+
+/// One configuration problem: the full key path and what is wrong with its value.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// `rate_limit.policies.api.capacity`, `routes[0].subject`, or `--config` for the file.
+    pub path: String,
+    pub problem: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.path, self.problem)
+    }
+}
+
+/// Every problem of a configuration, in document order (one line each when displayed).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{}", .0.iter().map(ToString::to_string).collect::<Vec<_>>().join("\n"))]
+pub struct ConfigErrors(pub Vec<Problem>);
+
+impl ConfigErrors {
+    /// Whether some problem names `path` exactly.
+    pub fn names(&self, path: &str) -> bool {
+        self.0.iter().any(|p| p.path == path)
+    }
+
+    /// One problem of the whole file (`--config`).
+    fn file(problem: String) -> Self {
+        Self(vec![Problem {
+            path: "--config".into(),
+            problem,
+        }])
+    }
+}
+
+/// Where configuration comes from.
+#[derive(Debug, Clone, Default)]
+pub struct Sources {
+    /// The TOML file (`--config PATH`); `None`: built-in defaults and environment only.
+    pub file: Option<PathBuf>,
+    /// The environment variables to read; `None` reads the process environment. Tests pass
+    /// their own so that they do not depend on (or change) the process's.
+    pub env: Option<Vec<(String, String)>>,
+}
+
+/// Reads and validates the configuration of `sources`.
+///
+/// # Errors
+/// [`ConfigErrors`] with every problem found (an unreadable file or TOML syntax error is one
+/// problem on `--config`).
+pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
+    let mut figment = Figment::new();
+    if let Some(path) = &sources.file {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| ConfigErrors::file(format!("cannot read {}: {e}", path.display())))?;
+        figment = figment.merge(Toml::string(&text));
+    }
+    let vars = match &sources.env {
+        Some(vars) => vars.clone(),
+        None => env::process_vars()?,
+    };
+    figment = figment.merge(Serialized::defaults(env::tree(vars)));
+    let root: Dict = figment.extract().map_err(|e| {
+        ConfigErrors(
+            e.into_iter()
+                .map(|e| Problem {
+                    path: if e.path.is_empty() {
+                        "--config".into()
+                    } else {
+                        e.path.join(".")
+                    },
+                    problem: e.kind.to_string(),
+                })
+                .collect(),
+        )
+    })?;
+    let base = sources
+        .file
+        .as_deref()
+        .and_then(Path::parent)
+        .map(Path::to_path_buf);
+    validate(&root, base.as_deref())
+}
+
+/// Reads a configuration from TOML text alone (no file, no environment): for tests and tools.
+///
+/// # Errors
+/// As [`load`].
+pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
+    let root: Dict = Figment::from(Toml::string(text))
+        .extract()
+        .map_err(|e| ConfigErrors::file(e.to_string()))?;
+    validate(&root, None)
+}
+
+/// Validates a merged configuration tree. `base` resolves relative secret file paths (the
+/// directory of the configuration file).
+///
+/// # Errors
+/// [`ConfigErrors`] with every problem found.
+pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErrors> {
+    let mut c = Check::default();
+    // Unknown top-level keys are not reported: every `APP_*` variable of the environment
+    // lands there, and unrelated ones (`APP_ENV`, ...) must not stop the service. The known
+    // ones are `TOP_KEYS`.
+
+    let http = http::read(&mut c, root.get("http"));
+    let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
+    let routes = routes::read(&mut c, root.get("routes"), &rate_limit.policy_ids);
+    let event_gates = gates::read(&mut c, root.get("event_gates"));
+
+    match (c.count() == 0, http, rate_limit.settings) {
+        (true, Some(http), Some(rate_limit)) => Ok(Settings {
+            http,
+            rate_limit,
+            routes: routes.unwrap_or_default(),
+            event_gates: event_gates.unwrap_or_default(),
+        }),
+        _ => Err(ConfigErrors(c.into_problems())),
+    }
+}
+
+/// The effective settings as TOML, each section rendered by its own module.
+pub(crate) fn render(settings: &Settings) -> String {
+    let mut o = reader::Toml::default();
+    http::render(&mut o, &settings.http);
+    rate_limit::render(&mut o, &settings.rate_limit);
+    routes::render(&mut o, &settings.routes);
+    gates::render(&mut o, &settings.event_gates);
+    o.finish()
+}

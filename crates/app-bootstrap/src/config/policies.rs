@@ -1,0 +1,269 @@
+//! `[rate_limit.policies.<id>]`: one table per policy, its algorithm's parameters and the
+//! common fields, checked by [`RateLimitPolicy::new`] whose field names complete the key
+//! path (`rate_limit.policies.api.capacity`).
+//!
+//! Read here: the table's keys, their types, and which parameters the named algorithm takes
+//! (a parameter of another algorithm is a mistake worth naming). Every bound is the
+//! contract's.
+
+use std::time::Duration;
+
+use figment::value::{Dict, Value};
+use shared_contract::{
+    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet,
+    PolicySpec, RateLimitPolicy,
+};
+
+use super::reader::{Check, Toml, join};
+
+const P: &str = "rate_limit.policies";
+
+const COMMON_KEYS: &[&str] = &[
+    "revision",
+    "algorithm",
+    "max_cost",
+    "cleanup_grace",
+    "max_clock_regression",
+];
+const ALGORITHM_KEYS: &[&str] = &[
+    "limit",
+    "window",
+    "capacity",
+    "refill_amount",
+    "refill_interval",
+    "period",
+    "burst",
+];
+
+/// Defaults of the optional common fields.
+const DEFAULT_MAX_COST: u64 = 1;
+const DEFAULT_CLEANUP_GRACE: Duration = Duration::from_secs(60);
+const DEFAULT_MAX_CLOCK_REGRESSION: Duration = Duration::from_secs(2);
+
+/// The parameters of each algorithm, in the order they are documented.
+fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
+    match kind {
+        AlgorithmKind::TokenBucket => &["capacity", "refill_amount", "refill_interval"],
+        AlgorithmKind::Gcra => &["limit", "period", "burst"],
+        _ => &["limit", "window"],
+    }
+}
+
+/// A policy id (`rate_limit.default_policy`, `routes[i].policy`).
+pub(super) fn read_id(c: &mut Check, path: &str, v: &Value) -> Option<PolicyId> {
+    c.parsed(path, Some(v), PolicyId::new)
+}
+
+/// The problem of a reference to a policy that is not among `defined`.
+pub(super) fn undefined(id: &PolicyId, defined: &[PolicyId]) -> String {
+    let defined = if defined.is_empty() {
+        "none".to_owned()
+    } else {
+        defined
+            .iter()
+            .map(PolicyId::as_str)
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    format!(
+        "{:?} is not defined under rate_limit.policies (defined: {defined})",
+        id.as_str()
+    )
+}
+
+/// The valid policies, and the ids of every policy table (valid or not), so that references
+/// to a policy with problems are not reported as undefined too.
+pub(super) fn read(
+    c: &mut Check,
+    v: Option<&Value>,
+    failure_policy: FailurePolicy,
+) -> (Vec<RateLimitPolicy>, Vec<PolicyId>) {
+    let mut out = Vec::new();
+    let mut declared = Vec::new();
+    let Some(d) = c.table(P, v) else {
+        return (out, declared);
+    };
+    for (name, value) in d {
+        let path = join(P, name);
+        let id = match PolicyId::new(name) {
+            Ok(id) => {
+                declared.push(id.clone());
+                Some(id)
+            }
+            Err(e) => {
+                c.push(&path, e.to_string());
+                None
+            }
+        };
+        let Some(p) = c.table(&path, Some(value)) else {
+            continue;
+        };
+        if let Some(policy) = read_policy(c, &path, id, p, failure_policy) {
+            out.push(policy);
+        }
+    }
+    (out, declared)
+}
+
+fn read_policy(
+    c: &mut Check,
+    path: &str,
+    id: Option<PolicyId>,
+    d: &Dict,
+    failure_policy: FailurePolicy,
+) -> Option<RateLimitPolicy> {
+    let before = c.count();
+    c.unknown_keys(path, d, COMMON_KEYS.iter().chain(ALGORITHM_KEYS).copied());
+    let at = |key: &str| join(path, key);
+    let revision = read_revision(c, &at("revision"), d.get("revision"));
+    let kind = read_kind(c, &at("algorithm"), d.get("algorithm"));
+    let max_cost = c.whole(&at("max_cost"), d.get("max_cost"));
+    let grace = c.duration(&at("cleanup_grace"), d.get("cleanup_grace"));
+    let regression = c.duration(&at("max_clock_regression"), d.get("max_clock_regression"));
+    let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
+    // The contract's checks run whenever the parameters could be read, even next to other
+    // problems of this policy, so that they are reported in the same pass.
+    let spec = PolicySpec {
+        // An invalid table name is reported already; a stand-in id still lets the
+        // parameters be checked.
+        id: match id {
+            Some(id) => id,
+            None => PolicyId::new("invalid").ok()?,
+        },
+        revision: revision?,
+        algorithm: algorithm?,
+        max_cost: max_cost.unwrap_or(DEFAULT_MAX_COST),
+        cleanup_grace: grace.unwrap_or(DEFAULT_CLEANUP_GRACE),
+        max_clock_regression: regression.unwrap_or(DEFAULT_MAX_CLOCK_REGRESSION),
+        failure_policy,
+    };
+    let policy = c.owned(path, RateLimitPolicy::new(spec));
+    policy.filter(|_| c.count() == before)
+}
+
+/// `revision`: 1 when absent, and when unreadable (reported) so that the other fields are
+/// still checked.
+fn read_revision(c: &mut Check, path: &str, v: Option<&Value>) -> Option<PolicyRevision> {
+    let Some(r) = c.whole::<u64>(path, v) else {
+        return PolicyRevision::new(1).ok();
+    };
+    let revision = u32::try_from(r)
+        .ok()
+        .and_then(|r| PolicyRevision::new(r).ok());
+    if revision.is_none() {
+        c.push(path, format!("must be between 1 and {}, got {r}", u32::MAX));
+    }
+    revision
+}
+
+fn read_kind(c: &mut Check, path: &str, v: Option<&Value>) -> Option<AlgorithmKind> {
+    let names = "fixed_window, sliding_window, token_bucket, gcra, sliding_log";
+    let v = c.required(path, v, &format!("required; one of {names}"))?;
+    let choices = "fixed_window, sliding_window, token_bucket, gcra or sliding_log";
+    c.choice(path, Some(v), AlgorithmKind::parse, "an algorithm", choices)
+}
+
+/// The named algorithm's parameters: each required, and no parameter of another algorithm.
+fn read_algorithm(
+    c: &mut Check,
+    path: &str,
+    d: &Dict,
+    kind: AlgorithmKind,
+) -> Option<AlgorithmSpec> {
+    let params = parameters(kind);
+    for key in ALGORITHM_KEYS {
+        if d.contains_key(*key) && !params.contains(key) {
+            c.push(
+                join(path, key),
+                format!(
+                    "is not a parameter of algorithm {kind} (its parameters: {})",
+                    params.join(", ")
+                ),
+            );
+        }
+    }
+    let required = format!("required by algorithm {kind}");
+    let num = |c: &mut Check, key: &str| {
+        let p = join(path, key);
+        let v = c.required(&p, d.get(key), &required)?;
+        c.whole::<u64>(&p, Some(v))
+    };
+    let dur = |c: &mut Check, key: &str| {
+        let p = join(path, key);
+        let v = c.required(&p, d.get(key), &required)?;
+        c.duration(&p, Some(v))
+    };
+    match kind {
+        AlgorithmKind::TokenBucket => {
+            let capacity = num(c, "capacity");
+            let refill_amount = num(c, "refill_amount");
+            let refill_interval = dur(c, "refill_interval");
+            Some(AlgorithmSpec::TokenBucket {
+                capacity: capacity?,
+                refill_amount: refill_amount?,
+                refill_interval: refill_interval?,
+            })
+        }
+        AlgorithmKind::Gcra => {
+            let limit = num(c, "limit");
+            let period = dur(c, "period");
+            let burst = num(c, "burst");
+            Some(AlgorithmSpec::Gcra {
+                limit: limit?,
+                period: period?,
+                burst: burst?,
+            })
+        }
+        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow | AlgorithmKind::SlidingLog => {
+            let limit = num(c, "limit")?;
+            let window = dur(c, "window")?;
+            Some(match kind {
+                AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow { limit, window },
+                AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow { limit, window },
+                _ => AlgorithmSpec::SlidingLog { limit, window },
+            })
+        }
+        // `AlgorithmKind` is non-exhaustive: an algorithm this crate does not know how to
+        // configure is refused rather than guessed.
+        #[allow(unreachable_patterns)]
+        _ => {
+            c.push(
+                join(path, "algorithm"),
+                format!("{kind} cannot be configured by this build"),
+            );
+            None
+        }
+    }
+}
+
+/// One table per policy, every field shown with its effective value.
+pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
+    for p in policies.iter() {
+        o.table(format_args!("{P}.{}", p.id()));
+        o.raw("revision", p.revision());
+        o.str("algorithm", p.kind().as_str());
+        match p.algorithm() {
+            Algorithm::TokenBucket(t) => {
+                o.raw("capacity", t.capacity());
+                o.raw("refill_amount", t.refill_amount());
+                o.ms("refill_interval", t.refill_interval_ms());
+            }
+            Algorithm::Gcra(g) => {
+                o.raw("limit", g.limit());
+                o.ms("period", g.period_ms());
+                o.raw("burst", g.burst());
+            }
+            Algorithm::FixedWindow(w) => window(o, w.limit(), w.window_ms()),
+            Algorithm::SlidingWindow(w) => window(o, w.limit(), w.window_ms()),
+            Algorithm::SlidingLog(w) => window(o, w.limit(), w.window_ms()),
+        }
+        o.raw("max_cost", p.max_cost().get());
+        o.ms("cleanup_grace", p.cleanup_grace_ms());
+        o.ms("max_clock_regression", p.max_clock_regression_ms());
+    }
+}
+
+fn window(o: &mut Toml, limit: u64, window_ms: u64) {
+    o.raw("limit", limit);
+    o.ms("window", window_ms);
+}

@@ -1,0 +1,332 @@
+//! `[rate_limit]`: whether rate limiting is on, with which provider, default policy, failure
+//! policy and subject secret; and its two small tables, `[rate_limit.local]` and
+//! `[rate_limit.circuit_breaker]`. The Redis table and the policies have their own modules.
+//!
+//! Disabled (the default), the section is still read and every key present must be valid,
+//! but nothing is required; enabled, what enabling needs must be there
+//! ([`require_when_enabled`]).
+
+use std::path::{Path, PathBuf};
+
+use adapter_local::LocalSettings;
+use figment::value::{Dict, Value};
+use shared_contract::{FailurePolicy, PolicyId, PolicySet, RateLimitPolicy};
+
+use super::policies;
+use super::reader::{
+    Check, Key, Toml, key, names, read_present, read_section, render_keys, render_section,
+};
+use super::redis;
+use crate::settings::{
+    BreakerSettings, EnabledSettings, ProviderSettings, RateLimitSettings, RedisProviderSettings,
+};
+use edge_middleware::SubjectSecret;
+
+const P: &str = "rate_limit";
+const LOCAL: &str = "rate_limit.local";
+const BREAKER: &str = "rate_limit.circuit_breaker";
+
+/// The tables inside `[rate_limit]`, each read by its own function.
+const TABLES: [&str; 4] = ["redis", "local", "circuit_breaker", "policies"];
+
+/// The provider `rate_limit.provider` names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ProviderName {
+    Local,
+    Redis,
+}
+
+impl ProviderName {
+    fn parse(s: &str) -> Option<Self> {
+        match s {
+            "local" => Some(Self::Local),
+            "redis" => Some(Self::Redis),
+            _ => None,
+        }
+    }
+}
+
+/// The plain keys of `[rate_limit]` as read, before the cross-key rules.
+#[derive(Debug, Default)]
+struct Draft {
+    enabled: bool,
+    provider: Option<ProviderName>,
+    default_policy: Option<PolicyId>,
+    failure_policy: FailurePolicy,
+    inline_secret: Option<String>,
+    secret_file: Option<String>,
+}
+
+/// The plain keys of `[rate_limit]`, rendered from the enabled settings (a disabled section
+/// renders only `enabled = false`).
+const KEYS: &[Key<Draft, EnabledSettings>] = &[
+    Key {
+        name: "enabled",
+        read: |c, path, v, d| {
+            if let Some(b) = c.bool(path, Some(v)) {
+                d.enabled = b;
+            }
+        },
+        render: |_, o| o.raw("enabled", true),
+    },
+    Key {
+        name: "provider",
+        read: |c, path, v, d| {
+            let p = ProviderName::parse;
+            d.provider = c.choice(path, Some(v), p, "a provider", "\"local\" or \"redis\"");
+        },
+        render: |e, o| o.str("provider", e.provider.name()),
+    },
+    Key {
+        name: "default_policy",
+        read: |c, path, v, d| d.default_policy = policies::read_id(c, path, v),
+        render: |e, o| o.str("default_policy", e.policies.default_id().as_str()),
+    },
+    Key {
+        name: "failure_policy",
+        read: |c, path, v, d| {
+            let choices = "\"fail_closed\", \"fail_open\" or \"fallback_local\"";
+            let p = FailurePolicy::parse;
+            if let Some(f) = c.choice(path, Some(v), p, "a failure policy", choices) {
+                d.failure_policy = f;
+            }
+        },
+        render: |e, o| o.str("failure_policy", e.failure_policy.as_str()),
+    },
+    Key {
+        name: "subject_secret",
+        read: |c, path, v, d| d.inline_secret = c.secret(path, Some(v)),
+        render: |e, o| match &e.subject_secret {
+            Some(s) => o.line(format_args!(
+                "subject_secret = \"<redacted>\"  # {} bytes, from {}",
+                s.len(),
+                s.source()
+            )),
+            None => o.line(
+                "# subject_secret: none, a random per-process key is used (local provider only)",
+            ),
+        },
+    },
+    Key {
+        name: "subject_secret_file",
+        read: |c, path, v, d| d.secret_file = c.string(path, Some(v)),
+        // Shown as `subject_secret` (its length and where it came from).
+        render: |_, _| {},
+    },
+];
+
+/// `[rate_limit.local]`. Defaults: [`LocalSettings::default`].
+const LOCAL_KEYS: &[Key<LocalSettings>] = &[key!("max_keys", max_keys)];
+
+/// `[rate_limit.circuit_breaker]`. Defaults: [`BreakerSettings::default`].
+const BREAKER_KEYS: &[Key<BreakerSettings>] = &[
+    key!("enabled", enabled),
+    key!("failure_threshold", failure_threshold),
+    key!("cool_down", cool_down),
+];
+
+/// What the section read into, plus the policy ids it defines (routes need them).
+pub(super) struct RateLimit {
+    /// `None` when the section has problems.
+    pub(super) settings: Option<RateLimitSettings>,
+    pub(super) policy_ids: Vec<PolicyId>,
+}
+
+pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> RateLimit {
+    let Some(d) = c.section(P, v) else {
+        return RateLimit {
+            settings: None,
+            policy_ids: Vec::new(),
+        };
+    };
+    c.unknown_keys(P, d, names(KEYS).chain(TABLES));
+    let before = c.count();
+    let mut draft = Draft::default();
+    read_present(c, P, d, KEYS, &mut draft);
+    let secret = read_secret(c, &draft, base);
+    let (policies, policy_ids) = policies::read(c, d.get("policies"), draft.failure_policy);
+    let local = read_section(
+        c,
+        LOCAL,
+        d.get("local"),
+        LOCAL_KEYS,
+        LocalSettings::validate,
+    );
+    let breaker = read_section(
+        c,
+        BREAKER,
+        d.get("circuit_breaker"),
+        BREAKER_KEYS,
+        BreakerSettings::validate,
+    );
+    let is_redis = draft.provider == Some(ProviderName::Redis);
+    let redis = redis::read(c, d.get("redis"), draft.enabled && is_redis);
+
+    if let Some(id) = &draft.default_policy
+        && !policy_ids.contains(id)
+    {
+        c.push(
+            "rate_limit.default_policy",
+            policies::undefined(id, &policy_ids),
+        );
+    }
+    let settings = if draft.enabled {
+        require_when_enabled(c, d, &draft, secret.is_some(), &policy_ids);
+        match (c.count() == before, local, breaker) {
+            (true, Some(local), Some(breaker)) => {
+                let parts = Parts {
+                    draft,
+                    secret,
+                    policies,
+                    local,
+                    breaker,
+                    redis,
+                };
+                enabled(c, parts).map(|e| RateLimitSettings::Enabled(Box::new(e)))
+            }
+            _ => None,
+        }
+    } else {
+        (c.count() == before).then_some(RateLimitSettings::Disabled)
+    };
+    RateLimit {
+        settings,
+        policy_ids,
+    }
+}
+
+/// Enabled: the keys enabling needs must be present.
+fn require_when_enabled(
+    c: &mut Check,
+    d: &Dict,
+    draft: &Draft,
+    has_secret: bool,
+    policy_ids: &[PolicyId],
+) {
+    if !d.contains_key("provider") {
+        c.push(
+            "rate_limit.provider",
+            "required when rate_limit.enabled = true; use \"local\" or \"redis\"",
+        );
+    }
+    if !d.contains_key("default_policy") {
+        c.push(
+            "rate_limit.default_policy",
+            "required when rate_limit.enabled = true",
+        );
+    }
+    if policy_ids.is_empty() && !d.contains_key("policies") {
+        c.push(
+            "rate_limit.policies",
+            "at least one policy is required when rate_limit.enabled = true",
+        );
+    }
+    if draft.provider == Some(ProviderName::Redis)
+        && !has_secret
+        && !d.contains_key("subject_secret")
+        && !d.contains_key("subject_secret_file")
+    {
+        c.push(
+            "rate_limit.subject_secret_file",
+            "required when provider = \"redis\": a file holding the HMAC key (>= 32 bytes), or rate_limit.subject_secret",
+        );
+    }
+}
+
+/// Everything an enabled section read cleanly.
+struct Parts {
+    draft: Draft,
+    secret: Option<SubjectSecret>,
+    policies: Vec<RateLimitPolicy>,
+    local: LocalSettings,
+    breaker: BreakerSettings,
+    redis: Option<RedisProviderSettings>,
+}
+
+fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
+    let policies = match PolicySet::new(p.policies, p.draft.default_policy?) {
+        Ok(set) => set,
+        Err(e) => {
+            c.push("rate_limit.policies", e.to_string());
+            return None;
+        }
+    };
+    let provider = match (p.draft.provider, p.redis) {
+        (Some(ProviderName::Redis), Some(redis)) => ProviderSettings::Redis(redis),
+        (Some(ProviderName::Redis), None) => return None,
+        _ => ProviderSettings::Local,
+    };
+    Some(EnabledSettings {
+        provider,
+        policies,
+        failure_policy: p.draft.failure_policy,
+        subject_secret: p.secret,
+        local: p.local,
+        breaker: p.breaker,
+    })
+}
+
+/// The subject secret: from `subject_secret_file` when it is set (the preferred form: it
+/// wins, so a secret can move out of the configuration without editing it first), else the
+/// inline `subject_secret`.
+fn read_secret(c: &mut Check, draft: &Draft, base: Option<&Path>) -> Option<SubjectSecret> {
+    const FILE: &str = "rate_limit.subject_secret_file";
+    if let Some(file) = &draft.secret_file {
+        let path = match base {
+            Some(b) if Path::new(file).is_relative() => b.join(file),
+            _ => PathBuf::from(file),
+        };
+        let mut bytes = match std::fs::read(&path) {
+            Ok(bytes) => bytes,
+            Err(e) => {
+                c.push(FILE, format!("cannot read {}: {e}", path.display()));
+                return None;
+            }
+        };
+        // A trailing newline is an artefact of editors and `echo`, not key material.
+        while bytes.last().is_some_and(|b| *b == b'\n' || *b == b'\r') {
+            bytes.pop();
+        }
+        return secret(c, FILE, bytes, SubjectSecret::FILE_SOURCE);
+    }
+    let inline = draft.inline_secret.clone()?;
+    secret(
+        c,
+        "rate_limit.subject_secret",
+        inline.into_bytes(),
+        SubjectSecret::INLINE_SOURCE,
+    )
+}
+
+fn secret(
+    c: &mut Check,
+    path: &str,
+    bytes: Vec<u8>,
+    source: &'static str,
+) -> Option<SubjectSecret> {
+    match SubjectSecret::new(bytes, source) {
+        Ok(s) => Some(s),
+        Err(e) => {
+            c.push(path, e.to_string());
+            None
+        }
+    }
+}
+
+pub(super) fn render(o: &mut Toml, s: &RateLimitSettings) {
+    o.table(P);
+    let e = match s {
+        RateLimitSettings::Disabled => {
+            o.line("enabled = false  # no connection, task or port is created");
+            return;
+        }
+        RateLimitSettings::Enabled(e) => e,
+    };
+    render_keys(o, KEYS, e);
+    if let ProviderSettings::Redis(r) = &e.provider {
+        redis::render(o, &r.redis);
+        render_section(o, BREAKER, BREAKER_KEYS, &e.breaker);
+    }
+    render_section(o, LOCAL, LOCAL_KEYS, &e.local);
+    policies::render(o, &e.policies);
+}
