@@ -104,7 +104,7 @@ impl CircuitBreaker {
     }
 
     fn export(&self, state: BreakerState) {
-        metrics::gauge!("rate_limit_circuit_breaker_state").set(state.gauge());
+        metrics::gauge!(edge_middleware::limiter::names::BREAKER_STATE).set(state.gauge());
     }
 
     fn transition(&self, to: BreakerState, why: &str) {

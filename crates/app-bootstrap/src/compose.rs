@@ -16,7 +16,7 @@ use std::time::Duration;
 use adapter_local::LocalProvider;
 use adapter_redis::RedisProvider;
 use edge_middleware::{BreakerGauge, Limiter, SubjectHasher, SubjectSecret};
-use shared_contract::{EdgeRateLimitPort, FailurePolicy, SystemClock};
+use shared_contract::{Clock, EdgeRateLimitPort, FailurePolicy, SystemClock};
 
 use crate::breaker::CircuitBreaker;
 use crate::fallback::LocalFallback;
@@ -113,7 +113,7 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
         .clone()
         .unwrap_or_else(SubjectSecret::random);
     let hasher = SubjectHasher::new(&secret);
-    let clock = Arc::new(SystemClock);
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     match &e.provider {
         ProviderSettings::Local => {
             let port = Arc::new(LocalProvider::new(e.policies.clone(), clock, e.local));
@@ -135,7 +135,7 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
             let mut port: Arc<dyn EdgeRateLimitPort> = Arc::new(redis);
             let mut breaker = None;
             if e.breaker.enabled {
-                let b = Arc::new(CircuitBreaker::new(port, e.breaker));
+                let b = Arc::new(CircuitBreaker::with_clock(port, e.breaker, clock.clone()));
                 breaker = Some(b.clone());
                 port = b;
             }
