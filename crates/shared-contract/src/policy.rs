@@ -165,8 +165,9 @@ pub struct PolicySpec {
     pub failure_policy: FailurePolicy,
 }
 
-/// A duration in whole milliseconds, `min..=MAX_DURATION_MS`.
-fn millis(
+/// A duration in whole milliseconds, `min..=MAX_DURATION_MS`; `None` after pushing the
+/// problem. Gate settings share it, so both refuse durations alike.
+pub(crate) fn millis(
     errors: &mut Vec<PolicyError>,
     field: &'static str,
     d: Duration,
@@ -399,126 +400,192 @@ impl Algorithm {
         }
     }
 
-    fn validate(spec: &AlgorithmSpec, errors: &mut Vec<PolicyError>) -> Option<Algorithm> {
-        // Every field is checked before any `?` gives up, so all problems are reported.
-        let build = |e: &mut Vec<PolicyError>| match *spec {
+    /// Validates `spec`, pushing one problem per refused field: each algorithm's check reads
+    /// every field before any `?` gives up, so all problems are reported at once.
+    fn validate(spec: &AlgorithmSpec, e: &mut Vec<PolicyError>) -> Option<Algorithm> {
+        Some(match *spec {
             AlgorithmSpec::FixedWindow { limit, window } => {
-                let limit = in_range(e, "limit", limit, 1, MAX_SAFE_INTEGER);
-                let window_ms = millis(e, "window", window, 1);
-                Some(Algorithm::FixedWindow(FixedWindowParams {
-                    limit: limit?,
-                    window_ms: window_ms?,
-                }))
+                let (limit, window_ms) = limit_and_window(e, limit, MAX_SAFE_INTEGER, window)?;
+                Algorithm::FixedWindow(FixedWindowParams { limit, window_ms })
             }
             AlgorithmSpec::SlidingWindow { limit, window } => {
-                let max = MAX_SAFE_INTEGER / SLIDING_WINDOW_SCALE;
-                let limit = in_range(e, "limit", limit, 1, max);
-                let window_ms = millis(e, "window", window, 1).and_then(|w| {
-                    if w > max {
-                        e.push(PolicyError::new(
-                            "window",
-                            format!("must be <= {max} ms so that window * {SLIDING_WINDOW_SCALE} stays exact, got {w} ms"),
-                        ));
-                        None
-                    } else {
-                        Some(w)
-                    }
-                });
-                Some(Algorithm::SlidingWindow(SlidingWindowParams {
-                    limit: limit?,
-                    window_ms: window_ms?,
-                }))
+                Algorithm::SlidingWindow(SlidingWindowParams::validate(e, limit, window)?)
             }
             AlgorithmSpec::TokenBucket {
                 capacity,
                 refill_amount,
                 refill_interval,
-            } => {
-                let capacity = in_range(e, "capacity", capacity, 1, MAX_SAFE_INTEGER);
-                let amount = in_range(e, "refill_amount", refill_amount, 1, MAX_SAFE_INTEGER);
-                let interval = millis(e, "refill_interval", refill_interval, 1);
-                let (capacity, amount, interval) = (capacity?, amount?, interval?);
-                let g = exact::gcd(amount, interval);
-                let (units_per_ms, scale) = (amount / g, interval / g);
-                match exact::mul(capacity, scale) {
-                    Err(_) => {
-                        e.push(PolicyError::new(
-                            "capacity",
-                            format!(
-                                "capacity * (refill_interval_ms / gcd) = {capacity} * {scale} exceeds 2^53-1; lower capacity or choose a refill rate with a smaller denominator"
-                            ),
-                        ));
-                        None
-                    }
-                    Ok(units) if units.div_ceil(units_per_ms) > MAX_DURATION_MS => {
-                        e.push(PolicyError::new(
-                            "refill_amount",
-                            format!(
-                                "refilling the whole bucket takes {} ms, more than {MAX_DURATION_MS} ms",
-                                units.div_ceil(units_per_ms)
-                            ),
-                        ));
-                        None
-                    }
-                    Ok(_) => Some(Algorithm::TokenBucket(TokenBucketParams {
-                        capacity,
-                        refill_amount: amount,
-                        refill_interval_ms: interval,
-                        scale,
-                        units_per_ms,
-                    })),
-                }
-            }
+            } => Algorithm::TokenBucket(TokenBucketParams::validate(
+                e,
+                capacity,
+                refill_amount,
+                refill_interval,
+            )?),
             AlgorithmSpec::Gcra {
                 limit,
                 period,
                 burst,
-            } => {
-                let limit = in_range(e, "limit", limit, 1, MAX_SAFE_INTEGER);
-                let period = millis(e, "period", period, 1);
-                let burst = in_range(e, "burst", burst, 1, MAX_SAFE_INTEGER);
-                let (limit, period_ms, burst) = (limit?, period?, burst?);
-                let g = exact::gcd(limit, period_ms);
-                let (units_per_ms, interval_units) = (limit / g, period_ms / g);
-                match exact::mul(burst, interval_units) {
-                    Err(_) => {
-                        e.push(PolicyError::new(
-                            "burst",
-                            format!(
-                                "burst * (period_ms / gcd) = {burst} * {interval_units} exceeds 2^53-1"
-                            ),
-                        ));
-                        None
-                    }
-                    Ok(tol) if tol.div_ceil(units_per_ms) > MAX_DURATION_MS => {
-                        e.push(PolicyError::new(
-                            "burst",
-                            format!(
-                                "a full burst takes {} ms to recover, more than {MAX_DURATION_MS} ms",
-                                tol.div_ceil(units_per_ms)
-                            ),
-                        ));
-                        None
-                    }
-                    Ok(_) => Some(Algorithm::Gcra(GcraParams {
-                        limit,
-                        period_ms,
-                        burst,
-                        interval_units,
-                        units_per_ms,
-                    })),
-                }
-            }
+            } => Algorithm::Gcra(GcraParams::validate(e, limit, period, burst)?),
             AlgorithmSpec::SlidingLog { limit, window } => {
-                let limit = in_range(e, "limit", limit, 1, SLIDING_LOG_MAX_LIMIT);
-                let window_ms = millis(e, "window", window, 1);
-                Some(Algorithm::SlidingLog(SlidingLogParams {
-                    limit: limit?,
-                    window_ms: window_ms?,
-                }))
+                let (limit, window_ms) = limit_and_window(e, limit, SLIDING_LOG_MAX_LIMIT, window)?;
+                Algorithm::SlidingLog(SlidingLogParams { limit, window_ms })
             }
-        };
-        build(errors)
+        })
+    }
+}
+
+/// `limit` in `1..=max_limit` and a window of at least 1 ms. Both are checked before either
+/// gives up, so every problem is reported.
+fn limit_and_window(
+    e: &mut Vec<PolicyError>,
+    limit: u64,
+    max_limit: u64,
+    window: Duration,
+) -> Option<(u64, u64)> {
+    let limit = in_range(e, "limit", limit, 1, max_limit);
+    let window_ms = millis(e, "window", window, 1);
+    Some((limit?, window_ms?))
+}
+
+/// A rate of `amount` per `interval_ms` in lowest terms: `(amount / g, interval_ms / g)` with
+/// `g = gcd(amount, interval_ms)`.
+fn lowest_terms(amount: u64, interval_ms: u64) -> (u64, u64) {
+    let g = exact::gcd(amount, interval_ms);
+    (amount / g, interval_ms / g)
+}
+
+/// Checks the largest state of a token bucket or GCRA: `count * per_count` units (a full
+/// bucket, a full burst) must stay exact, and working it off at `units_per_ms` must take at
+/// most [`MAX_DURATION_MS`]. Pushes `overflow` or `too_slow(ms)` otherwise.
+fn full_units_fit(
+    e: &mut Vec<PolicyError>,
+    count: u64,
+    per_count: u64,
+    units_per_ms: u64,
+    overflow: impl FnOnce() -> PolicyError,
+    too_slow: impl FnOnce(u64) -> PolicyError,
+) -> Option<()> {
+    match exact::mul(count, per_count) {
+        Err(_) => {
+            e.push(overflow());
+            None
+        }
+        Ok(units) if units.div_ceil(units_per_ms) > MAX_DURATION_MS => {
+            e.push(too_slow(units.div_ceil(units_per_ms)));
+            None
+        }
+        Ok(_) => Some(()),
+    }
+}
+
+impl SlidingWindowParams {
+    fn validate(e: &mut Vec<PolicyError>, limit: u64, window: Duration) -> Option<Self> {
+        // Both `limit` and `window` are multiplied by the weight scale.
+        let max = MAX_SAFE_INTEGER / SLIDING_WINDOW_SCALE;
+        let limit = in_range(e, "limit", limit, 1, max);
+        let window_ms = millis(e, "window", window, 1).and_then(|w| {
+            if w > max {
+                e.push(PolicyError::new(
+                    "window",
+                    format!("must be <= {max} ms so that window * {SLIDING_WINDOW_SCALE} stays exact, got {w} ms"),
+                ));
+                None
+            } else {
+                Some(w)
+            }
+        });
+        Some(Self {
+            limit: limit?,
+            window_ms: window_ms?,
+        })
+    }
+}
+
+impl TokenBucketParams {
+    fn validate(
+        e: &mut Vec<PolicyError>,
+        capacity: u64,
+        refill_amount: u64,
+        refill_interval: Duration,
+    ) -> Option<Self> {
+        let capacity = in_range(e, "capacity", capacity, 1, MAX_SAFE_INTEGER);
+        let amount = in_range(e, "refill_amount", refill_amount, 1, MAX_SAFE_INTEGER);
+        let interval = millis(e, "refill_interval", refill_interval, 1);
+        let (capacity, amount, interval) = (capacity?, amount?, interval?);
+        let (units_per_ms, scale) = lowest_terms(amount, interval);
+        full_units_fit(
+            e,
+            capacity,
+            scale,
+            units_per_ms,
+            || {
+                PolicyError::new(
+                    "capacity",
+                    format!(
+                        "capacity * (refill_interval_ms / gcd) = {capacity} * {scale} exceeds 2^53-1; lower capacity or choose a refill rate with a smaller denominator"
+                    ),
+                )
+            },
+            |ms| {
+                PolicyError::new(
+                    "refill_amount",
+                    format!(
+                        "refilling the whole bucket takes {ms} ms, more than {MAX_DURATION_MS} ms"
+                    ),
+                )
+            },
+        )?;
+        Some(Self {
+            capacity,
+            refill_amount: amount,
+            refill_interval_ms: interval,
+            scale,
+            units_per_ms,
+        })
+    }
+}
+
+impl GcraParams {
+    fn validate(
+        e: &mut Vec<PolicyError>,
+        limit: u64,
+        period: Duration,
+        burst: u64,
+    ) -> Option<Self> {
+        let limit = in_range(e, "limit", limit, 1, MAX_SAFE_INTEGER);
+        let period = millis(e, "period", period, 1);
+        let burst = in_range(e, "burst", burst, 1, MAX_SAFE_INTEGER);
+        let (limit, period_ms, burst) = (limit?, period?, burst?);
+        let (units_per_ms, interval_units) = lowest_terms(limit, period_ms);
+        full_units_fit(
+            e,
+            burst,
+            interval_units,
+            units_per_ms,
+            || {
+                PolicyError::new(
+                    "burst",
+                    format!(
+                        "burst * (period_ms / gcd) = {burst} * {interval_units} exceeds 2^53-1"
+                    ),
+                )
+            },
+            |ms| {
+                PolicyError::new(
+                    "burst",
+                    format!(
+                        "a full burst takes {ms} ms to recover, more than {MAX_DURATION_MS} ms"
+                    ),
+                )
+            },
+        )?;
+        Some(Self {
+            limit,
+            period_ms,
+            burst,
+            interval_units,
+            units_per_ms,
+        })
     }
 }
 
