@@ -10,7 +10,7 @@
 //! Each case builds its own policies under fresh random policy ids and uses fresh random
 //! subject digests, so cases never share state and may run in parallel against one server.
 //!
-//! A test file instantiates the whole suite with [`conformance_tests!`], which expands to one
+//! A test file instantiates the whole suite with [`conformance_tests!`](crate::conformance_tests), which expands to one
 //! `#[tokio::test]` per (algorithm, case): `fixed_window::burst_admits_exactly_the_limit`, ...
 //!
 //! ```text
@@ -115,7 +115,8 @@ pub fn fresh_policy_id(tag: &str) -> PolicyId {
     PolicyId::new(&format!("conf-{tag}-{:012x}", random_u64() >> 16)).expect("a valid policy id")
 }
 
-/// A policy of `kind` under a fresh id (see [`policy_with_id`]).
+/// A policy of `kind` under a fresh id, with the suite's short cleanup grace and clock
+/// regression (1 s each).
 pub fn policy(
     kind: AlgorithmKind,
     revision: u32,

@@ -56,7 +56,7 @@ fn evaluated_keys() -> Vec<String> {
 }
 
 #[tokio::test]
-async fn evaluate_answers_exactly_as_the_interface_says() {
+async fn evaluate_answers_with_the_documented_fields_and_status_codes() {
     let app = App::start(LOCAL, &[]);
     let c = reqwest::Client::new();
     let before = std::time::SystemTime::now()
