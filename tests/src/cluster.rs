@@ -11,6 +11,7 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use crate::eventually::poll_blocking;
 use crate::probe;
 use crate::process::{Node, free_ports, spawn_guarded};
 use crate::redis_server::{log_tail, server_args};
@@ -111,15 +112,17 @@ impl RedisCluster {
         }
         let deadline = Instant::now() + READY_DEADLINE;
         for node in &cluster.nodes {
-            while query_text(node.port, &["PING"]).as_deref() != Some("PONG") {
-                if Instant::now() >= deadline {
-                    panic!(
-                        "cluster node :{} gave no PONG; log:\n{}",
-                        node.port,
-                        cluster.log_tail(node.port)
-                    );
-                }
-                std::thread::sleep(Duration::from_millis(20));
+            let pong = || match query_text(node.port, &["PING"]).as_deref() {
+                Some("PONG") => Ok(()),
+                _ => Err(()),
+            };
+            let within = deadline.saturating_duration_since(Instant::now());
+            if poll_blocking(within, Duration::from_millis(20), pong).is_err() {
+                panic!(
+                    "cluster node :{} gave no PONG; log:\n{}",
+                    node.port,
+                    cluster.log_tail(node.port)
+                );
             }
         }
         let addrs: Vec<String> = cluster

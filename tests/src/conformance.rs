@@ -10,7 +10,7 @@
 //! Each case builds its own policies under fresh random policy ids and uses fresh random
 //! subject digests, so cases never share state and may run in parallel against one server.
 //!
-//! A test file instantiates the whole suite with [`conformance_tests!`], which expands to one
+//! A test file instantiates the whole suite with [`conformance_tests!`](crate::conformance_tests), which expands to one
 //! `#[tokio::test]` per (algorithm, case): `fixed_window::burst_admits_exactly_the_limit`, ...
 //!
 //! ```text
@@ -18,17 +18,15 @@
 //! ```
 
 use std::collections::HashMap;
-use std::collections::hash_map::RandomState;
-use std::hash::{BuildHasher, Hasher};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+
+use crate::rate::{TestPolicy, algorithm, fresh_subject, policy_set, random_u64, request};
 
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::{
-    AlgorithmKind, AlgorithmSpec, Certainty, Cost, Deadline, EdgeRateLimitPort, EvaluationId,
-    FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitDecision,
-    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source, SubjectDigest,
+    AlgorithmKind, Certainty, Cost, EdgeRateLimitPort, EvaluationId, PolicyId, PolicySet,
+    RateLimitDecision, RateLimitOutcome, RateLimitPolicy, RequestError, Source, SubjectDigest,
     UnavailableCategory,
 };
 
@@ -112,50 +110,13 @@ macro_rules! conformance_tests {
 // ---------------------------------------------------------------------------------------------
 // Building blocks
 
-/// A random u64 from the standard library's per-process random keys (no `rand` dependency).
-pub fn random_u64() -> u64 {
-    static COUNTER: AtomicU64 = AtomicU64::new(0);
-    let mut h = RandomState::new().build_hasher();
-    h.write_u64(COUNTER.fetch_add(1, Ordering::Relaxed));
-    h.finish()
-}
-
-/// A fresh random subject digest.
-pub fn fresh_subject() -> SubjectDigest {
-    let mut bytes = [0u8; 32];
-    for chunk in bytes.chunks_mut(8) {
-        chunk.copy_from_slice(&random_u64().to_le_bytes());
-    }
-    SubjectDigest::from_bytes(bytes)
-}
-
 /// A fresh random policy id with a readable prefix.
 pub fn fresh_policy_id(tag: &str) -> PolicyId {
     PolicyId::new(&format!("conf-{tag}-{:012x}", random_u64() >> 16)).expect("a valid policy id")
 }
 
-/// Parameters of `kind` admitting `limit` at once and fully recovering in `window_ms`.
-pub fn spec(kind: AlgorithmKind, limit: u64, window_ms: u64) -> AlgorithmSpec {
-    let window = Duration::from_millis(window_ms);
-    match kind {
-        AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow { limit, window },
-        AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow { limit, window },
-        AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
-            capacity: limit,
-            refill_amount: limit,
-            refill_interval: window,
-        },
-        AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
-            limit,
-            period: window,
-            burst: limit,
-        },
-        AlgorithmKind::SlidingLog => AlgorithmSpec::SlidingLog { limit, window },
-        other => panic!("the suite does not know algorithm {other}"),
-    }
-}
-
-/// A policy of `kind` under a fresh id.
+/// A policy of `kind` under a fresh id, with the suite's short cleanup grace and clock
+/// regression (1 s each).
 pub fn policy(
     kind: AlgorithmKind,
     revision: u32,
@@ -173,6 +134,8 @@ pub fn policy(
     )
 }
 
+/// A policy of `kind` admitting `limit` at once and recovering over `window_ms`, with the
+/// suite's short cleanup grace and clock regression (1 s each).
 fn policy_with_id(
     id: PolicyId,
     kind: AlgorithmKind,
@@ -181,32 +144,26 @@ fn policy_with_id(
     window_ms: u64,
     max_cost: u64,
 ) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id,
-        revision: PolicyRevision::new(revision).expect("a valid revision"),
-        algorithm: spec(kind, limit, window_ms),
-        max_cost,
-        cleanup_grace: Duration::from_secs(1),
-        max_clock_regression: Duration::from_secs(1),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("a valid policy")
+    TestPolicy::with_id(id, algorithm(kind, limit, Duration::from_millis(window_ms)))
+        .revision(revision)
+        .max_cost(max_cost)
+        .cleanup_grace(Duration::from_secs(1))
+        .max_clock_regression(Duration::from_secs(1))
+        .build()
 }
 
-/// A set of `policies`, the first one the default.
-pub fn policy_set(policies: Vec<RateLimitPolicy>) -> PolicySet {
-    let default = policies[0].id().clone();
-    PolicySet::new(policies, default).expect("a valid policy set")
-}
-
-pub fn request(policy: &RateLimitPolicy, subject: SubjectDigest, cost: u64) -> RateLimitRequest {
-    RateLimitRequest {
-        policy_id: policy.id().clone(),
-        subject,
-        cost: Cost::new(cost).expect("a valid cost"),
-        evaluation_id: None,
-        deadline: Deadline::within(Duration::from_secs(10)).expect("a valid deadline"),
-    }
+/// A provider of one fresh policy of `kind` (revision 1, see [`policy`]) on `target`, and a
+/// fresh subject: how most cases start.
+async fn one_policy(
+    target: &dyn Target,
+    kind: AlgorithmKind,
+    limit: u64,
+    window_ms: u64,
+    max_cost: u64,
+) -> (RateLimitPolicy, Arc<dyn EdgeRateLimitPort>, SubjectDigest) {
+    let p = policy(kind, 1, limit, window_ms, max_cost);
+    let port = target.provider(policy_set(vec![p.clone()])).await;
+    (p, port, fresh_subject())
 }
 
 /// The decision of one evaluation; any other outcome fails the case.
@@ -276,9 +233,7 @@ const LONG_MS: u64 = 3_600_000;
 pub async fn burst_admits_exactly_the_limit(target: &dyn Target, kind: AlgorithmKind) {
     with_retries(target, || async {
         let limit = 10;
-        let p = policy(kind, 1, limit, LONG_MS, 1);
-        let port = target.provider(policy_set(vec![p.clone()])).await;
-        let s = fresh_subject();
+        let (p, port, s) = one_policy(target, kind, limit, LONG_MS, 1).await;
         for i in 1..=limit {
             let d = decide(&*port, &p, s, 1).await;
             ensure!(
@@ -307,9 +262,7 @@ pub async fn burst_admits_exactly_the_limit(target: &dyn Target, kind: Algorithm
 /// A denial takes nothing: what was left is still admissible afterwards, to the exact unit.
 pub async fn denied_request_consumes_nothing(target: &dyn Target, kind: AlgorithmKind) {
     with_retries(target, || async {
-        let p = policy(kind, 1, 10, LONG_MS, 10);
-        let port = target.provider(policy_set(vec![p.clone()])).await;
-        let s = fresh_subject();
+        let (p, port, s) = one_policy(target, kind, 10, LONG_MS, 10).await;
         let d = decide(&*port, &p, s, 8).await;
         ensure!(d.allowed && d.remaining == 2, "{kind}: cost 8 of 10: {d:?}");
         for _ in 0..3 {
@@ -339,9 +292,7 @@ pub async fn retry_after_is_positive_and_waiting_it_admits(
     kind: AlgorithmKind,
 ) {
     let limit = 3;
-    let p = policy(kind, 1, limit, 300, 1);
-    let port = target.provider(policy_set(vec![p.clone()])).await;
-    let s = fresh_subject();
+    let (p, port, s) = one_policy(target, kind, limit, 300, 1).await;
     // Spend until the first denial: on a real clock a window may turn during the burst.
     let mut denial = None;
     for _ in 0..4 * limit {
@@ -429,9 +380,7 @@ pub async fn decisions_match_the_reference_model(target: &dyn Target, kind: Algo
     } else {
         with_retries(target, || async {
             let limit = 20;
-            let p = policy(kind, 1, limit, LONG_MS, 7);
-            let port = target.provider(policy_set(vec![p.clone()])).await;
-            let s = fresh_subject();
+            let (p, port, s) = one_policy(target, kind, limit, LONG_MS, 7).await;
             let mut steps = Steps(seed);
             let mut state: Option<AlgorithmState> = None;
             // Any time in the middle of a window: nothing below depends on which.
@@ -520,9 +469,7 @@ pub async fn subjects_and_revisions_are_isolated(target: &dyn Target, kind: Algo
 /// A cost above `max_cost` and an unknown policy are request errors, and consume nothing.
 pub async fn request_errors_consume_nothing(target: &dyn Target, kind: AlgorithmKind) {
     with_retries(target, || async {
-        let p = policy(kind, 1, 4, LONG_MS, 2);
-        let port = target.provider(policy_set(vec![p.clone()])).await;
-        let s = fresh_subject();
+        let (p, port, s) = one_policy(target, kind, 4, LONG_MS, 2).await;
         let r = port.evaluate(request(&p, s, 3)).await;
         ensure!(
             matches!(
@@ -562,9 +509,7 @@ pub async fn evaluation_id_is_rejected_unless_deduplicating(
     if target.deduplicates() {
         return;
     }
-    let p = policy(kind, 1, 1, LONG_MS, 1);
-    let port = target.provider(policy_set(vec![p.clone()])).await;
-    let s = fresh_subject();
+    let (p, port, s) = one_policy(target, kind, 1, LONG_MS, 1).await;
     let mut r = request(&p, s, 1);
     r.evaluation_id = Some(EvaluationId::new("conformance-1").expect("a valid id"));
     assert_eq!(
@@ -623,9 +568,7 @@ pub async fn decision_fields_are_consistent(target: &dyn Target, kind: Algorithm
 /// Decisions name their source, and their certainty: the sliding-window counter is an
 /// approximation, the other algorithms are certain (a local fallback is always approximate).
 pub async fn source_and_certainty_are_reported(target: &dyn Target, kind: AlgorithmKind) {
-    let p = policy(kind, 1, 1, LONG_MS, 1);
-    let port = target.provider(policy_set(vec![p.clone()])).await;
-    let s = fresh_subject();
+    let (p, port, s) = one_policy(target, kind, 1, LONG_MS, 1).await;
     for _ in 0..2 {
         let d = decide(&*port, &p, s, 1).await;
         assert_eq!(d.source, target.source(), "{kind}: {d:?}");
@@ -650,9 +593,7 @@ pub async fn concurrent_requests_on_one_key_admit_exactly_the_limit(
 ) {
     with_retries(target, || async {
         let (tasks, per_task, limit) = (8u64, 1_000u64, 1_000u64);
-        let p = policy(kind, 1, limit, LONG_MS, 1);
-        let port = target.provider(policy_set(vec![p.clone()])).await;
-        let s = fresh_subject();
+        let (p, port, s) = one_policy(target, kind, limit, LONG_MS, 1).await;
         let mut handles = Vec::new();
         for _ in 0..tasks {
             let (port, p) = (Arc::clone(&port), p.clone());

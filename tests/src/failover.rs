@@ -16,6 +16,8 @@ use shared_contract::{
     Cost, Deadline, EdgeRateLimitPort, PolicyId, RateLimitOutcome, RateLimitRequest, SubjectDigest,
 };
 
+use crate::eventually::eventually;
+
 /// What one evaluation answered.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Answer {
@@ -146,15 +148,12 @@ impl Load {
     /// # Panics
     /// When that takes longer than `timeout`.
     pub async fn wait_allowed(&self, n: u64, timeout: Duration) {
-        let end = Instant::now() + timeout;
-        while self.allowed() < n {
-            assert!(
-                Instant::now() < end,
-                "only {} of {n} allowed within {timeout:?}",
-                self.allowed()
-            );
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
+        let what = format!("{n} allowed");
+        eventually(&what, timeout, Duration::from_millis(10), async || {
+            let allowed = self.allowed();
+            if allowed >= n { Ok(()) } else { Err(allowed) }
+        })
+        .await;
     }
 
     /// Waits until every subject for which `watched` holds got a denial for a request started
@@ -169,20 +168,18 @@ impl Load {
         timeout: Duration,
     ) {
         let since = u64::try_from(since.as_millis()).unwrap_or(u64::MAX);
-        let end = Instant::now() + timeout;
-        loop {
+        let what = format!("every watched subject denied since {since} ms");
+        eventually(&what, timeout, Duration::from_millis(20), async || {
             let left = (0..self.last_denied.len())
                 .filter(|&s| watched(s) && self.last_denied[s].load(Ordering::Relaxed) <= since)
                 .count();
             if left == 0 {
-                return;
+                Ok(())
+            } else {
+                Err(format!("{left} subjects left"))
             }
-            assert!(
-                Instant::now() < end,
-                "{left} subjects not denied since {since} ms within {timeout:?}"
-            );
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
+        })
+        .await;
     }
 
     /// Stops the workers and returns every record, in start order.

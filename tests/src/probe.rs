@@ -84,15 +84,10 @@ pub fn info_field<'a>(info: &'a str, field: &str) -> Option<&'a str> {
 /// The last `Err` of `check` once `deadline` has passed.
 pub fn poll_until<T>(
     deadline: Instant,
-    mut check: impl FnMut() -> Result<T, String>,
+    check: impl FnMut() -> Result<T, String>,
 ) -> Result<T, String> {
-    loop {
-        match check() {
-            Ok(t) => return Ok(t),
-            Err(why) if Instant::now() >= deadline => return Err(why),
-            Err(_) => std::thread::sleep(Duration::from_millis(50)),
-        }
-    }
+    let within = deadline.saturating_duration_since(Instant::now());
+    crate::eventually::poll_blocking(within, Duration::from_millis(50), check)
 }
 
 /// Ok when the master at `url` streams its writes to `replicas` replicas: a write and its

@@ -16,6 +16,7 @@ use std::process::{Command, Stdio};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use crate::eventually::poll_blocking;
 use crate::process::{Guarded, free_ports, spawn_guarded};
 
 /// How long a new server may take to answer `PING`.
@@ -209,15 +210,11 @@ impl RedisServer {
             .as_ref()
             .map(|d| d.path().to_path_buf())
             .expect("restart needs a server started by the harness");
-        let deadline = Instant::now() + READY_DEADLINE;
-        loop {
-            match self.spawn(&dir) {
-                Ok(()) => return,
-                // The port may linger briefly after the kill.
-                Err(e) if Instant::now() >= deadline => panic!("restart failed: {e}"),
-                Err(_) => std::thread::sleep(Duration::from_millis(50)),
-            }
-        }
+        // The port may linger briefly after the kill.
+        poll_blocking(READY_DEADLINE, Duration::from_millis(50), || {
+            self.spawn(&dir)
+        })
+        .unwrap_or_else(|e| panic!("restart failed: {e}"));
     }
 
     /// Freezes the server (SIGSTOP): connections stay open, nothing answers.
@@ -238,10 +235,8 @@ impl RedisServer {
         if let Some(p) = self.process.take() {
             p.kill();
             // Wait until the port is really closed, so "stopped" means stopped.
-            let deadline = Instant::now() + Duration::from_secs(5);
-            while self.ping() && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let closed = || if self.ping() { Err(()) } else { Ok(()) };
+            let _ = poll_blocking(Duration::from_secs(5), Duration::from_millis(10), closed);
         }
     }
 }

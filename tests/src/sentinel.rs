@@ -24,6 +24,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use crate::eventually::poll_blocking;
 use crate::probe::{self, poll_until};
 use crate::process::{Guarded, Node, free_ports, spawn_guarded};
 use crate::redis_server::{check_binary, log_tail, server_args};
@@ -268,17 +269,11 @@ impl RedisSentinel {
     /// When `port` is not a data node of this topology, or it does not answer within 10 s.
     pub fn restart_node(&mut self, port: u16) {
         self.data_node_mut(port).kill();
-        let deadline = Instant::now() + PING_DEADLINE;
-        let mut last_error = String::new();
         // The kernel may keep the port briefly after the kill.
-        while Instant::now() < deadline {
-            match self.spawn_data(port, &[]) {
-                Ok(()) => return,
-                Err(e) => last_error = e,
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("data node :{port} did not restart: {last_error}");
+        poll_blocking(PING_DEADLINE, Duration::from_millis(50), || {
+            self.spawn_data(port, &[])
+        })
+        .unwrap_or_else(|e| panic!("data node :{port} did not restart: {e}"));
     }
 
     /// Waits until the data node on `port` is a replica of the master the sentinels agree

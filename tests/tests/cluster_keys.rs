@@ -15,6 +15,7 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use acceptance_tests::cluster::RedisCluster;
+use acceptance_tests::rate::TestPolicy;
 use adapter_redis::gate::keys::GateKeys;
 use adapter_redis::gate::programs as gate_programs;
 use adapter_redis::gate::reply as gate_reply;
@@ -22,10 +23,7 @@ use adapter_redis::keys::{PolicyKeys, hash_slot};
 use adapter_redis::{programs, reply};
 use redis::Value;
 use shared_contract::gate::{EventId, GateClock, GateId, GateMode, GateSettings, GateSpec};
-use shared_contract::{
-    AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec,
-    RateLimitPolicy, SubjectDigest,
-};
+use shared_contract::{AlgorithmKind, RateLimitPolicy, SubjectDigest};
 
 /// One cluster for the read-mostly tests of this binary (killed when the binary exits).
 fn cluster() -> &'static RedisCluster {
@@ -33,43 +31,11 @@ fn cluster() -> &'static RedisCluster {
     CLUSTER.get_or_init(|| RedisCluster::start(3, 1))
 }
 
+/// Ten at once, recovering over 10 s; a request may cost all ten.
 fn policy(id: &str, kind: AlgorithmKind) -> RateLimitPolicy {
-    let span = Duration::from_secs(10);
-    let algorithm = match kind {
-        AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow {
-            limit: 10,
-            window: span,
-        },
-        AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow {
-            limit: 10,
-            window: span,
-        },
-        AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
-            capacity: 10,
-            refill_amount: 10,
-            refill_interval: span,
-        },
-        AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
-            limit: 10,
-            period: span,
-            burst: 10,
-        },
-        AlgorithmKind::SlidingLog => AlgorithmSpec::SlidingLog {
-            limit: 10,
-            window: span,
-        },
-        other => panic!("no test policy for {other}: add one"),
-    };
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(id).expect("a valid id"),
-        revision: PolicyRevision::new(1).expect("a valid revision"),
-        algorithm,
-        max_cost: 10,
-        cleanup_grace: Duration::from_secs(60),
-        max_clock_regression: Duration::from_secs(1),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("a valid policy")
+    TestPolicy::of(id, kind, 10, Duration::from_secs(10))
+        .max_cost(10)
+        .build()
 }
 
 /// Deterministic pseudo-random subject digests (splitmix64), so a failure reproduces.

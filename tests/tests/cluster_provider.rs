@@ -11,14 +11,13 @@ use std::sync::OnceLock;
 use std::time::Duration;
 
 use acceptance_tests::cluster::RedisCluster;
-use acceptance_tests::conformance;
 use acceptance_tests::redis_target::RedisTarget;
+use acceptance_tests::{conformance, rate};
 use adapter_redis::keys::hash_slot;
 use adapter_redis::{RedisProvider, RedisSettings};
 use redis::Value;
 use shared_contract::{
-    AlgorithmKind, Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome, Readiness,
-    SubjectDigest,
+    AlgorithmKind, Deadline, EdgeRateLimitPort, PolicySet, Readiness, SubjectDigest,
 };
 
 /// One cluster for this binary (killed when the binary exits).
@@ -44,13 +43,6 @@ async fn provider(policies: PolicySet) -> RedisProvider {
 mod cluster_conformance {
     use super::*;
     acceptance_tests::conformance_tests!(RedisTarget::new(settings));
-}
-
-fn allowed(outcome: &RateLimitOutcome) -> bool {
-    match outcome {
-        RateLimitOutcome::Evaluated(d) => d.allowed,
-        other => panic!("expected a decision, got {other:?}"),
-    }
 }
 
 fn query(port: u16, args: &[&str]) -> Value {
@@ -82,21 +74,13 @@ fn key_count(port: u16) -> i64 {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn calls_reach_every_master_and_the_provider_is_ready() {
     let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 10, 60_000, 1);
-    let policies = conformance::policy_set(vec![policy.clone()]);
+    let policies = rate::policy_set(vec![policy.clone()]);
     let p = provider(policies.clone()).await;
     assert_eq!(p.readiness().await, Readiness::Ready);
     let masters = cluster().masters();
     let before: Vec<i64> = masters.iter().map(|&m| key_count(m)).collect();
     for _ in 0..300 {
-        let outcome = p
-            .evaluate(conformance::request(
-                &policy,
-                conformance::fresh_subject(),
-                1,
-            ))
-            .await
-            .expect("valid request");
-        assert!(allowed(&outcome));
+        assert!(rate::allowed(&p, &policy, rate::fresh_subject()).await);
     }
     for (m, b) in masters.iter().zip(before) {
         let grown = key_count(*m) - b;
@@ -109,7 +93,7 @@ async fn calls_reach_every_master_and_the_provider_is_ready() {
 /// subjects (a slot is hit about once in 16384 tries; each try is two hashes).
 fn subject_in_slot(p: &RedisProvider, policies: &PolicySet, slot: u16) -> (SubjectDigest, String) {
     for _ in 0..2_000_000 {
-        let s = conformance::fresh_subject();
+        let s = rate::fresh_subject();
         let key = p
             .state_key(policies.default_id(), &s)
             .expect("a known policy");
@@ -129,10 +113,10 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
     // A token bucket refilling over a day: nothing comes back during the test (a fixed
     // window would roll over at its boundary).
     let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 5, 86_400_000, 1);
-    let policies = conformance::policy_set(vec![policy.clone()]);
+    let policies = rate::policy_set(vec![policy.clone()]);
     let p = provider(policies.clone()).await;
     // A subject with state on its master, and a second subject in the same slot without.
-    let first = conformance::fresh_subject();
+    let first = rate::fresh_subject();
     let key = p
         .state_key(policies.default_id(), &first)
         .expect("a known policy");
@@ -145,11 +129,7 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
         .find(|&&m| m != source)
         .expect("another master");
     for _ in 0..2 {
-        assert!(allowed(
-            &p.evaluate(conformance::request(&policy, first, 1))
-                .await
-                .expect("valid")
-        ));
+        assert!(rate::allowed(&p, &policy, first).await);
     }
 
     // Migration starts: the source still serves keys it has, and answers ASK for the others.
@@ -163,17 +143,9 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
         source,
         &["CLUSTER", "SETSLOT", &slot_s, "MIGRATING", &target_id],
     );
-    assert!(allowed(
-        &p.evaluate(conformance::request(&policy, first, 1))
-            .await
-            .expect("valid")
-    ));
+    assert!(rate::allowed(&p, &policy, first).await);
     // `second` has no key on the source: ASK, and the provider runs it on the target.
-    assert!(allowed(
-        &p.evaluate(conformance::request(&policy, second, 1))
-            .await
-            .expect("valid")
-    ));
+    assert!(rate::allowed(&p, &policy, second).await);
     // The importing master answers for the slot only after ASKING.
     let on_target: i64 = redis::pipe()
         .cmd("ASKING")
@@ -217,11 +189,7 @@ async fn a_migrating_slot_is_followed_through_ask_and_moved_and_counts_carry_ove
     let after: Vec<bool> = {
         let mut v = Vec::new();
         for _ in 0..3 {
-            v.push(allowed(
-                &p.evaluate(conformance::request(&policy, first, 1))
-                    .await
-                    .expect("valid"),
-            ));
+            v.push(rate::allowed(&p, &policy, first).await);
         }
         v
     };

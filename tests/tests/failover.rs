@@ -26,12 +26,13 @@
 //! sharing two cores.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use acceptance_tests::cluster::RedisCluster;
-use acceptance_tests::conformance;
+use acceptance_tests::eventually::eventually;
 use acceptance_tests::failover::{Answer, Load, Record, Summary, summarize};
 use acceptance_tests::sentinel::{RedisSentinel, SentinelOptions};
+use acceptance_tests::{conformance, rate};
 use adapter_redis::keys::hash_slot;
 use adapter_redis::{RedisProvider, RedisSettings};
 use shared_contract::{
@@ -73,7 +74,7 @@ async fn lag(master: redis::Connection, pause: impl Fn()) {
 }
 
 fn policies() -> PolicySet {
-    conformance::policy_set(vec![conformance::policy(
+    rate::policy_set(vec![conformance::policy(
         AlgorithmKind::TokenBucket,
         1,
         LIMIT,
@@ -83,38 +84,30 @@ fn policies() -> PolicySet {
 }
 
 fn subjects() -> Arc<Vec<SubjectDigest>> {
-    Arc::new(
-        (0..SUBJECTS)
-            .map(|_| conformance::fresh_subject())
-            .collect(),
-    )
+    Arc::new((0..SUBJECTS).map(|_| rate::fresh_subject()).collect())
 }
 
 /// Evaluates fresh subjects (outside the load's) until one is allowed: recovery seen from
 /// outside the load. An allow, not any decision: with `min_replicas_ack` a decision may come
 /// back before the new master's replicas acknowledge again.
 async fn wait_for_allow(port: &dyn EdgeRateLimitPort, policy: &PolicyId, timeout: Duration) {
-    let end = Instant::now() + timeout;
-    loop {
+    eventually("an allow", timeout, Duration::from_millis(20), async || {
         let outcome = port
             .evaluate(RateLimitRequest {
                 policy_id: policy.clone(),
-                subject: conformance::fresh_subject(),
+                subject: rate::fresh_subject(),
                 cost: Cost::ONE,
                 evaluation_id: None,
                 deadline: Deadline::within(Duration::from_secs(2)).expect("deadline"),
             })
             .await
             .expect("a valid request");
-        if matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed) {
-            return;
+        match outcome {
+            RateLimitOutcome::Evaluated(d) if d.allowed => Ok(()),
+            other => Err(other),
         }
-        assert!(
-            Instant::now() < end,
-            "no allow within {timeout:?}: {outcome:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    })
+    .await;
 }
 
 /// Checks what must hold whatever the topology, and that the run consumed every watched

@@ -3,7 +3,8 @@
 
 use std::sync::{Arc, Barrier};
 
-use acceptance_tests::conformance::{fresh_subject, policy, policy_set, request};
+use acceptance_tests::conformance::policy;
+use acceptance_tests::rate::{fresh_subject, policy_set, request};
 use adapter_local::{LocalProvider, LocalSettings};
 use shared_contract::{AlgorithmKind, RateLimitOutcome, SystemClock};
 

@@ -13,9 +13,10 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use acceptance_tests::conformance;
+use acceptance_tests::eventually::eventually;
 use acceptance_tests::proxy::TcpProxy;
 use acceptance_tests::redis_server::RedisServer;
+use acceptance_tests::{conformance, rate};
 use adapter_redis::{RedisProvider, RedisSettings};
 use app_bootstrap::settings::BreakerSettings;
 use app_bootstrap::{BreakerState, CircuitBreaker};
@@ -34,7 +35,7 @@ async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_
             .expect("an address"),
     );
     let policy = conformance::policy(AlgorithmKind::TokenBucket, 1, 1_000_000, 60_000, 1);
-    let policies = conformance::policy_set(vec![policy.clone()]);
+    let policies = rate::policy_set(vec![policy.clone()]);
     let mut settings = RedisSettings::new(proxy.url());
     settings.command_timeout = COMMAND_TIMEOUT;
     settings.connect_timeout = Duration::from_millis(300);
@@ -49,11 +50,11 @@ async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_
             cool_down: Duration::from_millis(500),
         },
     ));
-    let subject = conformance::fresh_subject();
+    let subject = rate::fresh_subject();
     let evaluate = || async {
         let started = Instant::now();
         let outcome = breaker
-            .evaluate(conformance::request(&policy, subject, 1))
+            .evaluate(rate::request(&policy, subject, 1))
             .await
             .expect("a valid request");
         (outcome, started.elapsed())
@@ -98,18 +99,18 @@ async fn a_partition_is_answered_within_the_timeout_opens_the_breaker_and_heals_
 
     proxy.pass();
     let healed = Instant::now();
-    let recovered_after = loop {
-        let (outcome, _) = evaluate().await;
-        if let RateLimitOutcome::Evaluated(d) = outcome {
-            assert!(d.allowed);
-            break healed.elapsed();
-        }
-        assert!(
-            healed.elapsed() < Duration::from_secs(5),
-            "no decision within 5 s of the heal: {outcome:?}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    };
+    let d = eventually(
+        "a decision after the heal",
+        Duration::from_secs(5),
+        Duration::from_millis(10),
+        async || match evaluate().await.0 {
+            RateLimitOutcome::Evaluated(d) => Ok(d),
+            other => Err(other),
+        },
+    )
+    .await;
+    let recovered_after = healed.elapsed();
+    assert!(d.allowed);
     assert_eq!(breaker.state(), BreakerState::Closed);
     println!(
         "partition (blackhole, command_timeout {COMMAND_TIMEOUT:?}): slowest answer {slowest:?}; \

@@ -11,38 +11,28 @@ use std::process::Command;
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use acceptance_tests::rate::{self, TestPolicy, policy_set, subject};
 use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::{RedisProvider, RedisSettings, TlsFiles};
 use shared_contract::{
-    AlgorithmSpec, Cost, Deadline, EdgeRateLimitPort, FailurePolicy, PolicyId, PolicyRevision,
-    PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, SubjectDigest,
-    UnavailableCategory,
+    AlgorithmKind, Deadline, EdgeRateLimitPort, PolicyId, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, UnavailableCategory,
 };
 
+/// Two per day under `api`: the limit is reached within a test and never refills.
 fn policy() -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new("api").expect("id"),
-        revision: PolicyRevision::new(1).expect("revision"),
-        algorithm: AlgorithmSpec::FixedWindow {
-            limit: 2,
-            window: Duration::from_secs(86_400),
-        },
-        max_cost: 1,
-        cleanup_grace: Duration::from_secs(60),
-        max_clock_regression: Duration::from_secs(2),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("policy")
+    TestPolicy::of(
+        "api",
+        AlgorithmKind::FixedWindow,
+        2,
+        Duration::from_secs(86_400),
+    )
+    .max_clock_regression(Duration::from_secs(2))
+    .build()
 }
 
 fn request(tag: u8) -> RateLimitRequest {
-    RateLimitRequest {
-        policy_id: PolicyId::new("api").expect("id"),
-        subject: SubjectDigest::from_bytes([tag; 32]),
-        cost: Cost::ONE,
-        evaluation_id: None,
-        deadline: Deadline::within(Duration::from_secs(10)).expect("deadline"),
-    }
+    rate::request(&policy(), subject(tag), 1)
 }
 
 fn openssl(dir: &Path, args: &str) {
@@ -123,8 +113,7 @@ fn tls_server(pki: &Path, auth_clients: &str) -> (RedisServer, u16) {
 }
 
 async fn provider(settings: RedisSettings) -> RedisProvider {
-    let policies = PolicySet::new(vec![policy()], PolicyId::new("api").expect("id")).expect("set");
-    RedisProvider::connect(settings, policies)
+    RedisProvider::connect(settings, policy_set(vec![policy()]))
         .await
         .expect("settings are valid")
 }
@@ -241,10 +230,8 @@ fn tls_settings_that_cannot_work_are_start_up_errors_naming_the_key() {
     for (url, files, needle) in cases {
         let mut s = RedisSettings::new(url);
         s.tls = files;
-        let policies =
-            PolicySet::new(vec![policy()], PolicyId::new("api").expect("id")).expect("set");
         let err = rt
-            .block_on(RedisProvider::connect(s, policies))
+            .block_on(RedisProvider::connect(s, policy_set(vec![policy()])))
             .err()
             .map(|e| e.to_string())
             .unwrap_or_default();
@@ -256,20 +243,10 @@ fn tls_settings_that_cannot_work_are_start_up_errors_naming_the_key() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_least_privilege_acl_user_from_settings_is_enough_and_a_wrong_password_is_never_an_allow()
 {
-    let server = RedisServer::start_with(&[
-        "--user",
-        "limiter",
-        "on",
-        ">s3cret-pass",
-        "~rl:*",
-        "+evalsha",
-        "+eval",
-        "+script|load",
-        "+ping",
-        "+time",
-        "+get",
-        "+set",
-    ]);
+    let [rate_rules, _] = documented_acl_rules();
+    let mut args = vec!["--user", "limiter", "on", ">s3cret-pass"];
+    args.extend(rate_rules.iter().map(String::as_str));
+    let server = RedisServer::start_with(&args);
     let mut s = RedisSettings::new(server.url());
     s.username = Some("limiter".to_owned());
     s.password = Some("s3cret-pass".to_owned());
@@ -369,6 +346,20 @@ fn without(rules: &[String], drop: &[&str]) -> Vec<String> {
         .iter()
         .filter(|r| !drop.contains(&r.as_str()))
         .cloned()
+        .collect()
+}
+
+/// `rules` with the key pattern `~rl:*` replaced by `~app:*`: every command, on other keys.
+fn on_other_keys(rules: &[String]) -> Vec<String> {
+    rules
+        .iter()
+        .map(|r| {
+            if r == "~rl:*" {
+                "~app:*".to_owned()
+            } else {
+                r.clone()
+            }
+        })
         .collect()
 }
 
@@ -486,16 +477,7 @@ async fn a_user_missing_a_permission_is_incompatible_from_the_first_request_and_
     use shared_contract::IncompatibleCategory;
     let [rate_rules, _] = documented_acl_rules();
     let server = RedisServer::start();
-    let other_keys: Vec<String> = rate_rules
-        .iter()
-        .map(|r| {
-            if r == "~rl:*" {
-                "~app:*".to_owned()
-            } else {
-                r.clone()
-            }
-        })
-        .collect();
+    let other_keys = on_other_keys(&rate_rules);
     // (user, rules, what the reason must name)
     let cases: Vec<(&str, Vec<String>, Vec<&str>)> = vec![
         (
@@ -554,6 +536,63 @@ async fn a_user_missing_a_permission_is_incompatible_from_the_first_request_and_
             );
         }
         nothing_ran(&server, user);
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_least_privilege_acl_user_evaluates_and_missing_rights_are_incompatible_program() {
+    use acceptance_tests::rate::{allowed, outcome};
+    use acceptance_tests::redis_provider::{connect, daily_policy, settings};
+    use shared_contract::{AlgorithmKind, IncompatibleCategory, Readiness};
+    let server = RedisServer::start();
+    let p = daily_policy("acl", AlgorithmKind::FixedWindow, 1, 5);
+    // Exactly what the provider and the programs use: no INFO, no CLIENT, no other keys.
+    let [needed, _] = documented_acl_rules();
+    acl_user(&server, "limiter", &needed);
+    acl_user(
+        &server,
+        "notime",
+        &without(&needed, &["+time", "+get", "+set"]),
+    );
+    acl_user(&server, "otherkeys", &on_other_keys(&needed));
+    // The user and password in the URL, not in the settings' own fields.
+    let as_url_user = |user: &str, pw: &str| RedisSettings {
+        url: format!("redis://{user}:{pw}@127.0.0.1:{}/0", server.port()),
+        ..settings(&server)
+    };
+
+    let limiter = connect(as_url_user("limiter", PASSWORD), vec![p.clone()]).await;
+    assert!(
+        allowed(&limiter, &p, subject(15)).await,
+        "least privilege suffices"
+    );
+    assert_eq!(limiter.readiness().await, Readiness::Ready);
+
+    for user in ["notime", "otherkeys"] {
+        let provider = connect(as_url_user(user, PASSWORD), vec![p.clone()]).await;
+        assert_eq!(
+            outcome(&provider, &p, subject(16)).await,
+            RateLimitOutcome::Incompatible {
+                policy_id: p.id().clone(),
+                category: IncompatibleCategory::Program,
+            },
+            "{user}"
+        );
+    }
+
+    let mut wrong = as_url_user("limiter", "wrong-password");
+    wrong.connect_timeout = Duration::from_millis(300);
+    let provider = connect(wrong, vec![p.clone()]).await;
+    assert!(matches!(
+        outcome(&provider, &p, subject(17)).await,
+        RateLimitOutcome::Unavailable {
+            category: UnavailableCategory::Connect,
+            ..
+        }
+    ));
+    match provider.readiness().await {
+        Readiness::NotReady(why) => assert!(!why.contains("wrong-password"), "{why}"),
+        Readiness::Ready => panic!("ready with a wrong password"),
     }
 }
 

@@ -27,14 +27,13 @@ mod sentinel_conformance {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_master_is_found_through_the_sentinels_and_an_unknown_name_is_never_ready() {
-    let policies =
-        acceptance_tests::conformance::policy_set(vec![acceptance_tests::conformance::policy(
-            shared_contract::AlgorithmKind::TokenBucket,
-            1,
-            10,
-            60_000,
-            1,
-        )]);
+    let policies = acceptance_tests::rate::policy_set(vec![acceptance_tests::conformance::policy(
+        shared_contract::AlgorithmKind::TokenBucket,
+        1,
+        10,
+        60_000,
+        1,
+    )]);
     let p = RedisProvider::connect(settings(), policies.clone())
         .await
         .expect("valid settings");

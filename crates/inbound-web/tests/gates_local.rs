@@ -1,6 +1,7 @@
-//! End-to-end tests of the event gates on the real binary with the local provider: the seed
-//! example through HTTP in both modes, the JSON and status codes of every gate route, and a
-//! WebSocket subscriber that rebuilds the gate from snapshot plus deltas with `Replica`.
+//! End-to-end tests of the event gates on the real binary with the local provider: the
+//! worked examples of `docs/event-gates.md` through HTTP in both modes, the JSON and status
+//! codes of every gate route, a WebSocket subscriber that rebuilds the gate from snapshot
+//! plus deltas with `Replica`, and the STOMP 1.2 subprotocol of the stream.
 
 mod common;
 
@@ -12,7 +13,7 @@ use shared_contract::gate::{
     EventId, EventKey, EventStatus, GateClock, IncubatingEvent, Replica, Snapshot, StatusUpdate,
 };
 
-/// The seed's unit of time (1 in the example), and its duration of 3 units.
+/// The worked examples' unit of time (1 in the document); their duration is 3 units.
 const UNIT_MS: u64 = 200;
 
 const GATES: &str = r#"
@@ -59,22 +60,12 @@ async fn get(client: &reqwest::Client, app: &App, path: &str) -> (u16, String, V
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_seed_example_gives_the_seed_answers_in_both_modes() {
+async fn the_worked_examples_give_the_documented_answers_in_both_modes() {
     let mut app = App::start(GATES, &[]);
     let client = reqwest::Client::new();
-    // Seed: duration 3, events {1 apple} {2 taco} {3 taco} {4 taco} {7 taco}. The last one is
-    // sent at 8 units here, not 7: in strictly_once it is exactly `duration` after the one
-    // at 4, and a late send of that one would make the test measure scheduler jitter.
-    let events = [
-        (1, "apple", "a1"),
-        (2, "taco", "t2"),
-        (3, "taco", "t3"),
-        (4, "taco", "t4"),
-        (8, "taco", "t7"),
-    ];
     let start = Instant::now();
     let mut answers = Vec::new();
-    for (at, key, id) in events {
+    for (at, key, id) in common::WORKED_EXAMPLE {
         let due = start + Duration::from_millis(at * UNIT_MS);
         tokio::time::sleep_until(due.into()).await;
         let once = submit(&client, &app, "once", json!({"key": key, "id": id})).await;
@@ -131,15 +122,7 @@ async fn the_seed_example_gives_the_seed_answers_in_both_modes() {
         let app = &app;
         async move { get(&client, app, &path).await }
     };
-    // Seed: only_once allows {1 apple} {2 taco} {7 taco}; strictly_once {1 apple} {7 taco}.
-    for (gate, id, want) in [
-        ("once", "a1", "published"),
-        ("once", "t2", "published"),
-        ("once", "t7", "published"),
-        ("strict", "a1", "published"),
-        ("strict", "t2", "invalidated"),
-        ("strict", "t7", "published"),
-    ] {
+    for (gate, id, want) in common::WORKED_EXAMPLE_FATES {
         let (code, _, body) = fate(gate, id).await;
         assert_eq!(code, 200, "{gate}/{id}: {body}");
         assert_eq!(body["status"], want, "{gate}/{id}: {body}");
@@ -424,14 +407,14 @@ fn stomp(m: tokio_tungstenite::tungstenite::Message) -> (String, Vec<(String, St
     (command, headers, body)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_stream_speaks_stomp_1_2_when_the_client_asks_for_v12_stomp() {
-    use futures::SinkExt as _;
-    use tokio_tungstenite::tungstenite::Message;
+/// Opens the `once` gate's stream asking for the `v12.stomp` subprotocol.
+async fn stomp_stream(
+    app: &App,
+) -> (
+    Ws,
+    tokio_tungstenite::tungstenite::handshake::client::Response,
+) {
     use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
-
-    let mut app = App::start(GATES, &[]);
-    let client = reqwest::Client::new();
     let mut req = format!("ws://{}/v1/gates/once/stream", app.addr)
         .into_client_request()
         .expect("request");
@@ -439,9 +422,19 @@ async fn the_stream_speaks_stomp_1_2_when_the_client_asks_for_v12_stomp() {
         "sec-websocket-protocol",
         "v12.stomp".parse().expect("header"),
     );
-    let (mut ws, resp) = tokio_tungstenite::connect_async(req)
+    tokio_tungstenite::connect_async(req)
         .await
-        .expect("connect");
+        .expect("connect")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_stream_speaks_stomp_1_2_when_the_client_asks_for_v12_stomp() {
+    use futures::SinkExt as _;
+    use tokio_tungstenite::tungstenite::Message;
+
+    let mut app = App::start(GATES, &[]);
+    let client = reqwest::Client::new();
+    let (mut ws, resp) = stomp_stream(&app).await;
     assert_eq!(
         resp.headers()
             .get("sec-websocket-protocol")
@@ -515,19 +508,9 @@ async fn the_stream_speaks_stomp_1_2_when_the_client_asks_for_v12_stomp() {
 async fn a_stomp_subscription_to_another_destination_is_an_error_frame() {
     use futures::SinkExt as _;
     use tokio_tungstenite::tungstenite::Message;
-    use tokio_tungstenite::tungstenite::client::IntoClientRequest as _;
 
     let app = App::start(GATES, &[]);
-    let mut req = format!("ws://{}/v1/gates/once/stream", app.addr)
-        .into_client_request()
-        .expect("request");
-    req.headers_mut().insert(
-        "sec-websocket-protocol",
-        "v12.stomp".parse().expect("header"),
-    );
-    let (mut ws, _) = tokio_tungstenite::connect_async(req)
-        .await
-        .expect("connect");
+    let (mut ws, _) = stomp_stream(&app).await;
     ws.send(Message::text("CONNECT\naccept-version:1.2\n\n\0"))
         .await
         .expect("send");

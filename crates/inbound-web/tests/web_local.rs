@@ -1,5 +1,5 @@
-//! End-to-end tests of the real binary with the local provider: `/v1/evaluate` JSON and
-//! status codes exactly as interface.md, the middleware's draft-11 headers (parsed as RFC 8941
+//! End-to-end tests of the real binary with the local provider: the exact JSON fields and
+//! status codes of `/v1/evaluate`, the middleware's draft-11 headers (parsed as RFC 8941
 //! Lists), problem+json, disabled mode, `--check`, exit codes, graceful shutdown.
 
 mod common;
@@ -56,7 +56,7 @@ fn evaluated_keys() -> Vec<String> {
 }
 
 #[tokio::test]
-async fn evaluate_answers_exactly_as_the_interface_says() {
+async fn evaluate_answers_with_the_documented_fields_and_status_codes() {
     let app = App::start(LOCAL, &[]);
     let c = reqwest::Client::new();
     let before = std::time::SystemTime::now()
@@ -159,20 +159,26 @@ async fn evaluate_answers_exactly_as_the_interface_says() {
     assert_eq!(status, 200);
 }
 
+/// A GET of `path` on `app`, with `x-api-key: key` when there is one.
+async fn get(c: &reqwest::Client, app: &App, path: &str, key: Option<&str>) -> reqwest::Response {
+    let mut r = c.get(app.url(path));
+    if let Some(k) = key {
+        r = r.header("x-api-key", k);
+    }
+    r.send().await.expect("GET")
+}
+
+fn status(r: &reqwest::Response) -> u16 {
+    r.status().as_u16()
+}
+
 #[tokio::test]
-async fn middleware_sends_draft_11_headers_and_quota_exceeded_problems() {
+async fn middleware_sends_draft_11_headers_then_a_quota_exceeded_problem_and_counts_it() {
     let app = App::start(LOCAL, &[]);
     let c = reqwest::Client::new();
-    let get = |path: &str, key: Option<&str>| {
-        let mut r = c.get(app.url(path));
-        if let Some(k) = key {
-            r = r.header("x-api-key", k);
-        }
-        r.send()
-    };
     for expected_r in [2, 1, 0] {
-        let r = get("/api/hello", Some("k1")).await.expect("GET");
-        assert_eq!(r.status().as_u16(), 200);
+        let r = get(&c, &app, "/api/hello", Some("k1")).await;
+        assert_eq!(status(&r), 200);
         let policy = parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii"))
             .expect("RateLimit-Policy is an RFC 8941 List");
         assert_eq!(policy.len(), 1);
@@ -190,8 +196,8 @@ async fn middleware_sends_draft_11_headers_and_quota_exceeded_problems() {
         let body: serde_json::Value = r.json().await.expect("JSON");
         assert_eq!(body, serde_json::json!({"ok": true}));
     }
-    let r = get("/api/hello", Some("k1")).await.expect("GET");
-    assert_eq!(r.status().as_u16(), 429);
+    let r = get(&c, &app, "/api/hello", Some("k1")).await;
+    assert_eq!(status(&r), 429);
     assert_eq!(r.headers()["content-type"], "application/problem+json");
     let retry: u64 = r.headers()["retry-after"]
         .to_str()
@@ -210,66 +216,8 @@ async fn middleware_sends_draft_11_headers_and_quota_exceeded_problems() {
     assert_eq!(body["status"], 429);
     assert_eq!(body["violated-policies"], serde_json::json!(["api"]));
 
-    // Other keys are limited separately; requests without the header share one quota.
-    assert_eq!(
-        get("/api/x", Some("k2"))
-            .await
-            .expect("GET")
-            .status()
-            .as_u16(),
-        200
-    );
-    for _ in 0..3 {
-        assert_eq!(
-            get("/api/x", None).await.expect("GET").status().as_u16(),
-            200
-        );
-    }
-    assert_eq!(
-        get("/api/x", None).await.expect("GET").status().as_u16(),
-        429
-    );
-
-    // `ip` subject and a fixed window: w is the window.
-    for _ in 0..2 {
-        let r = get("/win", None).await.expect("GET");
-        assert_eq!(r.status().as_u16(), 200);
-        let p =
-            parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii")).expect("list");
-        assert_eq!((p[0].param("q"), p[0].param("w")), (Some(2), Some(3600)));
-    }
-    assert_eq!(
-        get("/win/deeper", None)
-            .await
-            .expect("GET")
-            .status()
-            .as_u16(),
-        429
-    );
-
-    // Unlimited paths carry no headers; unknown paths are 404.
-    let r = c.get(app.url("/healthz")).send().await.expect("GET");
-    assert_eq!(r.status().as_u16(), 200);
-    assert!(r.headers().get("ratelimit").is_none());
-    assert_eq!(
-        c.get(app.url("/apix"))
-            .send()
-            .await
-            .expect("GET")
-            .status()
-            .as_u16(),
-        404
-    );
-
     // Metrics count the decisions by policy and outcome.
-    let text = c
-        .get(app.url("/metrics"))
-        .send()
-        .await
-        .expect("GET")
-        .text()
-        .await
-        .expect("text");
+    let text = common::metrics(&c, &app).await;
     assert!(
         text.lines()
             .any(|l| l.starts_with("rate_limit_decisions_total")
@@ -282,8 +230,35 @@ async fn middleware_sends_draft_11_headers_and_quota_exceeded_problems() {
         text.contains("rate_limit_evaluation_duration_seconds_bucket"),
         "{text}"
     );
-    let r = c.get(app.url("/readyz")).send().await.expect("GET");
-    assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test]
+async fn middleware_limits_each_key_and_route_apart_and_leaves_unlimited_paths_bare() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    // Other keys are limited separately; requests without the header share one quota.
+    assert_eq!(status(&get(&c, &app, "/api/x", Some("k2")).await), 200);
+    for _ in 0..3 {
+        assert_eq!(status(&get(&c, &app, "/api/x", None).await), 200);
+    }
+    assert_eq!(status(&get(&c, &app, "/api/x", None).await), 429);
+
+    // `ip` subject and a fixed window: w is the window.
+    for _ in 0..2 {
+        let r = get(&c, &app, "/win", None).await;
+        assert_eq!(status(&r), 200);
+        let p =
+            parse_sf_list(r.headers()["ratelimit-policy"].to_str().expect("ascii")).expect("list");
+        assert_eq!((p[0].param("q"), p[0].param("w")), (Some(2), Some(3600)));
+    }
+    assert_eq!(status(&get(&c, &app, "/win/deeper", None).await), 429);
+
+    // Unlimited paths carry no headers; unknown paths are 404.
+    let r = get(&c, &app, "/healthz", None).await;
+    assert_eq!(status(&r), 200);
+    assert!(r.headers().get("ratelimit").is_none());
+    assert_eq!(status(&get(&c, &app, "/apix", None).await), 404);
+    assert_eq!(status(&get(&c, &app, "/readyz", None).await), 200);
 }
 
 #[tokio::test]

@@ -26,6 +26,22 @@ pub enum IdError {
     Deadline { got_ms: u128, max_ms: u64 },
 }
 
+/// Whether `value` is 1..=`max_len` bytes of `[a-z0-9_-]`: the alphabet of names that end up
+/// in Redis keys, routes, metrics labels and logs (policy and gate ids).
+pub(crate) fn is_name(value: &str, max_len: usize) -> bool {
+    !value.is_empty()
+        && value.len() <= max_len
+        && value
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-')
+}
+
+/// Whether `value` is 1..=`max_len` bytes of visible ASCII: the ids a caller chooses
+/// (evaluation and event ids), printable anywhere without escaping.
+pub(crate) fn is_visible_ascii(value: &str, max_len: usize) -> bool {
+    !value.is_empty() && value.len() <= max_len && value.bytes().all(|b| b.is_ascii_graphic())
+}
+
 /// A policy identifier: 1..=64 characters of `[a-z0-9_-]`, safe in keys, metrics and logs.
 ///
 /// Shared (`Arc`), because every decision carries one: a clone is a reference count, not an
@@ -41,12 +57,7 @@ impl PolicyId {
     /// [`IdError::PolicyId`] when `value` is empty, too long, or has a character outside
     /// `[a-z0-9_-]`.
     pub fn new(value: &str) -> Result<Self, IdError> {
-        let valid = !value.is_empty()
-            && value.len() <= Self::MAX_LEN
-            && value
-                .bytes()
-                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_' || b == b'-');
-        if valid {
+        if is_name(value, Self::MAX_LEN) {
             Ok(Self(value.into()))
         } else {
             Err(IdError::PolicyId(value.chars().take(80).collect()))
@@ -159,11 +170,14 @@ impl Cost {
 pub struct EvaluationId(Box<str>);
 
 impl EvaluationId {
+    /// Largest accepted length in bytes.
+    pub const MAX_LEN: usize = 128;
+
     /// # Errors
     /// [`IdError::EvaluationId`] when `value` is empty, longer than 128 bytes or not visible
     /// ASCII.
     pub fn new(value: &str) -> Result<Self, IdError> {
-        if !value.is_empty() && value.len() <= 128 && value.bytes().all(|b| b.is_ascii_graphic()) {
+        if is_visible_ascii(value, Self::MAX_LEN) {
             Ok(Self(value.into()))
         } else {
             Err(IdError::EvaluationId(value.chars().take(130).collect()))

@@ -474,10 +474,7 @@ proptest! {
     ) {
         let Algorithm::TokenBucket(tb) = *p.algorithm() else { return Ok(()) };
         let s0 = model::TokenBucketState { last_ms: start, tokens: tokens % (tb.capacity_units() + 1) };
-        let span = p.algorithm().reset_horizon_ms().max(1);
-        let end = start + total % (span + 1);
-        let mut times: Vec<u64> = cuts.iter().map(|c| start + c % (end - start + 1)).collect();
-        times.sort_unstable();
+        let (times, end) = intermediate_times(&p, start, &cuts, total);
         let mut s = s0;
         for t in times {
             s = model::TokenBucketState { last_ms: t, tokens: model::token_bucket::refill(&tb, &s, t).expect("in range") };
@@ -494,10 +491,7 @@ proptest! {
     ) {
         let Algorithm::Gcra(g) = *p.algorithm() else { return Ok(()) };
         let s0 = model::GcraState { last_ms: start, debt: debt % (g.tolerance_units() + 1) };
-        let span = p.algorithm().reset_horizon_ms().max(1);
-        let end = start + total % (span + 1);
-        let mut times: Vec<u64> = cuts.iter().map(|c| start + c % (end - start + 1)).collect();
-        times.sort_unstable();
+        let (times, end) = intermediate_times(&p, start, &cuts, total);
         let mut s = s0;
         for t in times {
             s = model::GcraState { last_ms: t, debt: model::gcra::repay(&g, &s, t).expect("in range") };
@@ -506,23 +500,32 @@ proptest! {
     }
 }
 
+/// An end within the policy's reset horizon after `start` (from `total`), and sorted times
+/// between `start` and that end (from `cuts`).
+fn intermediate_times(
+    p: &RateLimitPolicy,
+    start: u64,
+    cuts: &[u64],
+    total: u64,
+) -> (Vec<u64>, u64) {
+    let span = p.algorithm().reset_horizon_ms().max(1);
+    let end = start + total % (span + 1);
+    let mut times: Vec<u64> = cuts.iter().map(|c| start + c % (end - start + 1)).collect();
+    times.sort_unstable();
+    (times, end)
+}
+
 /// A worked example from docs/algorithms.md: 100 tokens, 10 per second.
 #[test]
 fn token_bucket_worked_example() {
-    let p = RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new("api").expect("id"),
-        revision: PolicyRevision::new(1).expect("rev"),
-        algorithm: AlgorithmSpec::TokenBucket {
+    let p = policy_of(
+        AlgorithmSpec::TokenBucket {
             capacity: 100,
             refill_amount: 10,
             refill_interval: Duration::from_secs(1),
         },
-        max_cost: 100,
-        cleanup_grace: Duration::from_secs(60),
-        max_clock_regression: Duration::from_secs(2),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("valid");
+        100,
+    );
     let t0 = 1_764_672_000_000;
     let all = Cost::new(100).expect("cost");
     let ev = model::evaluate(&p, None, t0, all).expect("in range");

@@ -1,12 +1,15 @@
-//! Support for the end-to-end tests: the real `inbound-web` binary on a free port, and a
-//! strict RFC 8941 List parser for the rate-limit headers.
+//! Support for the end-to-end tests: the real `inbound-web` binary on a free port, the
+//! configuration pieces and fixtures several test files share, a strict RFC 8941 List parser
+//! for the rate-limit headers, and the WebSocket client of the gate streams.
 
 #![allow(dead_code)]
 
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, ExitStatus, Output, Stdio};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use acceptance_tests::eventually::poll_blocking;
 
 pub const BIN: &str = env!("CARGO_BIN_EXE_inbound-web");
 pub const SECRET: &str = "e2e-subject-secret-of-at-least-32-bytes!";
@@ -22,20 +25,11 @@ pub struct App {
 impl App {
     /// Starts the binary with `config` (TOML) on a free loopback port, plus `env`.
     pub fn start(config: &str, env: &[(&str, &str)]) -> App {
-        let dir = tempfile::tempdir().expect("tempdir");
-        let path = dir.path().join("app.toml");
-        std::fs::write(&path, config).expect("write config");
-        let mut cmd = Command::new(BIN);
-        cmd.arg("--config")
-            .arg(&path)
-            .env("APP_HTTP__BIND", "127.0.0.1:0")
-            .env("RUST_LOG", "info")
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped());
-        for (k, v) in env {
-            cmd.env(k, v);
-        }
+        // The defaults first, so that `env` (a test's RUST_LOG) wins.
+        let mut all = vec![("APP_HTTP__BIND", "127.0.0.1:0"), ("RUST_LOG", "info")];
+        all.extend_from_slice(env);
+        let (dir, mut cmd) = command(config, &[], &all);
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn inbound-web");
         let stderr = child.stderr.take().expect("piped stderr");
         let log = Arc::new(Mutex::new(String::new()));
@@ -92,17 +86,13 @@ impl App {
         let _ = Command::new("kill")
             .args(["-TERM", &child.id().to_string()])
             .status();
-        let deadline = Instant::now() + Duration::from_secs(10);
-        loop {
-            if let Some(status) = child.try_wait().expect("wait") {
-                return status;
-            }
-            if Instant::now() > deadline {
-                let _ = child.kill();
-                panic!("inbound-web did not exit within 10 s of SIGTERM");
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let exited = poll_blocking(Duration::from_secs(10), Duration::from_millis(20), || {
+            child.try_wait().expect("wait").ok_or(())
+        });
+        exited.unwrap_or_else(|()| {
+            let _ = child.kill();
+            panic!("inbound-web did not exit within 10 s of SIGTERM");
+        })
     }
 }
 
@@ -115,8 +105,9 @@ impl Drop for App {
     }
 }
 
-/// Runs the binary to completion with `args` and `config` (and a clean `APP_` environment).
-pub fn run(config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+/// The binary with `--config <config written to a temp dir>`, `args` and `env`, stdin
+/// closed; the temp dir lives as long as the returned handle.
+fn command(config: &str, args: &[&str], env: &[(&str, &str)]) -> (tempfile::TempDir, Command) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("app.toml");
     std::fs::write(&path, config).expect("write config");
@@ -128,8 +119,71 @@ pub fn run(config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
     for (k, v) in env {
         cmd.env(k, v);
     }
+    (dir, cmd)
+}
+
+/// Runs the binary to completion with `args` and `config` (and a clean `APP_` environment).
+pub fn run(config: &str, args: &[&str], env: &[(&str, &str)]) -> Output {
+    let (_dir, mut cmd) = command(config, args, env);
     cmd.output().expect("run inbound-web")
 }
+
+/// The `[rate_limit]` and `[rate_limit.redis]` tables of an app limiting on the Redis at
+/// `url` with `failure_policy`, plus `extra_redis` lines in the redis table; policies and
+/// routes follow.
+pub fn redis_rate_limit(url: &str, failure_policy: &str, extra_redis: &str) -> String {
+    format!(
+        r#"
+[rate_limit]
+enabled = true
+provider = "redis"
+default_policy = "api"
+failure_policy = "{failure_policy}"
+subject_secret = "{SECRET}"
+
+[rate_limit.redis]
+role = "coordination"
+url = "{url}"
+{extra_redis}
+"#
+    )
+}
+
+/// The text of `/metrics`.
+pub async fn metrics(client: &reqwest::Client, app: &App) -> String {
+    client
+        .get(app.url("/metrics"))
+        .send()
+        .await
+        .expect("GET /metrics")
+        .text()
+        .await
+        .expect("text")
+}
+
+/// The receipts of the worked examples of `docs/event-gates.md` as (unit, key, id), with a
+/// duration of 3 units. The last one comes at 8 units, not 7: in `strictly_once` it is
+/// exactly one duration after the one at 4, and a late send of that one would make a test
+/// measure scheduler jitter instead of the gate.
+pub const WORKED_EXAMPLE: [(u64, &str, &str); 5] = [
+    (1, "apple", "a1"),
+    (2, "taco", "t2"),
+    (3, "taco", "t3"),
+    (4, "taco", "t4"),
+    (8, "taco", "t7"),
+];
+
+/// The fates the worked examples end with, as (gate, id, status) on an app whose `once`
+/// gate is `only_once` and whose `strict` gate is `strictly_once`: `only_once` allows
+/// {1 apple} {2 taco} {7 taco}, `strictly_once` {1 apple} {7 taco}.
+pub const WORKED_EXAMPLE_FATES: [(&str, &str, &str); 6] = [
+    ("once", "a1", "published"),
+    ("once", "t2", "published"),
+    ("once", "t7", "published"),
+    ("strict", "a1", "published"),
+    ("strict", "t2", "invalidated"),
+    ("strict", "t7", "published"),
+];
 
 /// A JSON POST of `/v1/evaluate`: (status, retry-after, body).
 pub async fn evaluate(

@@ -6,7 +6,7 @@
 use std::fmt;
 
 use crate::exact::MAX_SAFE_INTEGER;
-use crate::ids::PolicyId;
+use crate::ids::{PolicyId, is_name, is_visible_ascii};
 
 /// Why a gate value was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -37,10 +37,11 @@ impl GateId {
     /// [`GateValueError::GateId`] when `value` is empty, too long, or has a character outside
     /// `[a-z0-9_-]`.
     pub fn new(value: &str) -> Result<Self, GateValueError> {
-        // Delegating keeps the two alphabets identical by construction.
-        match PolicyId::new(value) {
-            Ok(_) => Ok(Self(value.into())),
-            Err(_) => Err(GateValueError::GateId(value.chars().take(80).collect())),
+        // The check policy ids use keeps the two alphabets identical by construction.
+        if is_name(value, Self::MAX_LEN) {
+            Ok(Self(value.into()))
+        } else {
+            Err(GateValueError::GateId(value.chars().take(80).collect()))
         }
     }
 
@@ -116,10 +117,7 @@ impl EventId {
     /// [`GateValueError::EventId`] when `value` is empty, longer than 128 bytes or not visible
     /// ASCII.
     pub fn new(value: &str) -> Result<Self, GateValueError> {
-        if !value.is_empty()
-            && value.len() <= Self::MAX_LEN
-            && value.bytes().all(|b| b.is_ascii_graphic())
-        {
+        if is_visible_ascii(value, Self::MAX_LEN) {
             Ok(Self(value.into()))
         } else {
             Err(GateValueError::EventId(value.chars().take(130).collect()))

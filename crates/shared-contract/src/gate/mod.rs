@@ -1,5 +1,5 @@
 //! Event gates: "this event only once per period", the second port of the hexagon beside
-//! request limiting (seed 001, issue 5; semantics in `docs/event-gates.md`).
+//! request limiting (semantics in `docs/event-gates.md`).
 //!
 //! - [`ids`]: validated gate ids, event keys, event ids and the gate clock;
 //! - [`settings`]: the mode (`only_once` | `strictly_once`), duration and memory bounds;

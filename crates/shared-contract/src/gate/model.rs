@@ -572,7 +572,7 @@ impl GateState {
         Ok(updates)
     }
 
-    /// The seed's conditional delete: removes up to `max_batch` terminal events that became
+    /// The conditional delete: removes up to `max_batch` terminal events that became
     /// terminal before `cutoff_ms`, oldest first (`(terminal_at, id)` order), and returns their
     /// ids. Incubating events are never removed: an event cannot expire unhandled.
     pub fn remove_terminal_older_than(&mut self, cutoff_ms: u64, max_batch: usize) -> Vec<EventId> {

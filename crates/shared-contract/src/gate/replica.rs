@@ -1,7 +1,7 @@
 //! A subscriber's copy of a gate's incubating events, rebuilt from a snapshot (the key
 //! frame) and the status updates after it (the delta frames).
 //!
-//! The rule is the seed's: take a snapshot at clock `c`, then apply every update with a clock
+//! The rule: take a snapshot at clock `c`, then apply every update with a clock
 //! above `c`, in clock order; updates at or below the replica's clock are already reflected
 //! and are ignored. Pure and runtime-free, so the WebSocket test client and any Rust
 //! subscriber use the same code the property tests check against [`super::GateState`].

@@ -7,7 +7,7 @@ use std::fmt;
 use std::time::Duration;
 
 use super::ids::GateId;
-use crate::policy::{MAX_DURATION_MS, PolicyError, PolicyErrors};
+use crate::policy::{PolicyError, PolicyErrors, millis};
 
 /// Largest accepted `max_events`: a gate never holds more events (incubating plus retained
 /// terminal ones) nor more live key windows than this.
@@ -88,26 +88,6 @@ impl GateSpec {
     }
 }
 
-/// A duration in whole milliseconds, `min..=MAX_DURATION_MS`.
-fn millis(errors: &mut Vec<PolicyError>, field: &'static str, d: Duration, min: u64) -> u64 {
-    if !d.subsec_nanos().is_multiple_of(1_000_000) {
-        errors.push(PolicyError {
-            field,
-            problem: format!("must be a whole number of milliseconds, got {d:?}"),
-        });
-        return 0;
-    }
-    let ms = d.as_millis();
-    if ms < u128::from(min) || ms > u128::from(MAX_DURATION_MS) {
-        errors.push(PolicyError {
-            field,
-            problem: format!("must be between {min} ms and {MAX_DURATION_MS} ms, got {ms} ms"),
-        });
-        return 0;
-    }
-    ms as u64
-}
-
 /// Validated, frozen settings of one gate.
 ///
 /// Every time the model forms is `now + duration` or `terminal_at + retention` with
@@ -148,17 +128,21 @@ impl GateSettings {
                 ),
             });
         }
-        if !errors.is_empty() {
-            return Err(PolicyErrors(errors));
+        match (duration_ms, retention_ms, max_clock_regression_ms) {
+            (Some(duration_ms), Some(retention_ms), Some(max_clock_regression_ms))
+                if errors.is_empty() =>
+            {
+                Ok(Self {
+                    id: spec.id,
+                    mode: spec.mode,
+                    duration_ms,
+                    retention_ms,
+                    max_events: spec.max_events,
+                    max_clock_regression_ms,
+                })
+            }
+            _ => Err(PolicyErrors(errors)),
         }
-        Ok(Self {
-            id: spec.id,
-            mode: spec.mode,
-            duration_ms,
-            retention_ms,
-            max_events: spec.max_events,
-            max_clock_regression_ms,
-        })
     }
 
     pub fn id(&self) -> &GateId {
@@ -226,6 +210,7 @@ impl GateSet {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::policy::MAX_DURATION_MS;
 
     fn spec(duration: Duration) -> GateSpec {
         GateSpec::new(

@@ -3,7 +3,7 @@
 //!
 //! State: `last_ms` (time of the last allow, whose window the count belongs to) and `count`.
 
-use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, rem, sub};
 use crate::policy::FixedWindowParams;
 
@@ -14,9 +14,14 @@ pub struct FixedWindowState {
     pub count: u64,
 }
 
-impl FixedWindowState {
+impl Stored for FixedWindowState {
+    type Params = FixedWindowParams;
+
+    fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
     fn check(&self, p: &FixedWindowParams) -> Result<(), ModelError> {
-        check_last(self.last_ms)?;
         if self.count > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));
         }
@@ -35,43 +40,26 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<FixedWindowState>, ModelError> {
-    if let Some(s) = state {
-        s.check(p)?;
-    }
-    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
-        EffectiveNow::Safe(t) => t,
-        EffectiveNow::Unsafe { last } => {
-            return Ok(Evaluation::clock_unsafe(now_ms, last, p.limit()));
+    step(p, rules, state, now_ms, p.limit(), |now| {
+        let window_start = sub(now, rem(now, p.window_ms())?)?;
+        let reset_at = add(window_start, p.window_ms())?;
+        let count = match state {
+            Some(s) if s.last_ms >= window_start => s.count,
+            _ => 0,
+        };
+        let available = sub(p.limit(), count)?;
+        let mut out = Evaluation::denied(now_ms, now, p.limit(), available);
+        let to_reset = sub(reset_at, now)?;
+        out.retry_after_ms = to_reset;
+        out.reset_at_ms = reset_at;
+        if cost <= available {
+            let count = add(count, cost)?;
+            let state = FixedWindowState {
+                last_ms: now,
+                count,
+            };
+            out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
         }
-    };
-    let window_start = sub(now, rem(now, p.window_ms())?)?;
-    let reset_at = add(window_start, p.window_ms())?;
-    let count = match state {
-        Some(s) if s.last_ms >= window_start => s.count,
-        _ => 0,
-    };
-    let available = sub(p.limit(), count)?;
-    let mut out = Evaluation {
-        verdict: Verdict::Denied,
-        server_now_ms: now_ms,
-        effective_now_ms: now,
-        limit: p.limit(),
-        remaining: available,
-        retry_after_ms: sub(reset_at, now)?,
-        reset_at_ms: reset_at,
-        new_state: None,
-        ttl_ms: 0,
-    };
-    if cost <= available {
-        let count = add(count, cost)?;
-        out.verdict = Verdict::Allowed;
-        out.remaining = sub(p.limit(), count)?;
-        out.retry_after_ms = 0;
-        out.new_state = Some(FixedWindowState {
-            last_ms: now,
-            count,
-        });
-        out.ttl_ms = add(sub(reset_at, now)?, rules.cleanup_grace_ms)?;
-    }
-    Ok(out)
+        Ok(out)
+    })
 }

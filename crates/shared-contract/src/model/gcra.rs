@@ -14,7 +14,7 @@
 //! envelope as a token bucket of `burst` tokens refilled at `limit/period`, reached from the
 //! other side (debt instead of credit), as in redis-cell and go-redis/redis_rate.
 
-use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, sub};
 use crate::policy::GcraParams;
 
@@ -25,9 +25,14 @@ pub struct GcraState {
     pub debt: u64,
 }
 
-impl GcraState {
+impl Stored for GcraState {
+    type Params = GcraParams;
+
+    fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
     fn check(&self, p: &GcraParams) -> Result<(), ModelError> {
-        check_last(self.last_ms)?;
         if self.debt > p.tolerance_units() {
             return Err(ModelError::StateIncompatible("debt above burst tolerance"));
         }
@@ -57,47 +62,25 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<GcraState>, ModelError> {
-    if let Some(s) = state {
-        s.check(p)?;
-    }
-    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
-        EffectiveNow::Safe(t) => t,
-        EffectiveNow::Unsafe { last } => {
-            return Ok(Evaluation::clock_unsafe(now_ms, last, p.burst()));
+    step(p, rules, state, now_ms, p.burst(), |now| {
+        let debt = match state {
+            Some(s) => repay(p, s, now)?,
+            None => 0,
+        };
+        let tolerance = p.tolerance_units();
+        let need = mul(cost, p.interval_units())?;
+        let credit = sub(tolerance, debt)?;
+        let remaining = div(credit, p.interval_units())?;
+        let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining);
+        if need <= credit {
+            let debt = add(debt, need)?;
+            let remaining = div(sub(tolerance, debt)?, p.interval_units())?;
+            let to_reset = div_ceil(debt, p.units_per_ms())?;
+            out.allow(GcraState { last_ms: now, debt }, remaining, to_reset, rules)?;
+        } else {
+            out.retry_after_ms = div_ceil(sub(need, credit)?, p.units_per_ms())?;
+            out.reset_at_ms = add(now, div_ceil(debt, p.units_per_ms())?)?;
         }
-    };
-    let debt = match state {
-        Some(s) => repay(p, s, now)?,
-        None => 0,
-    };
-    let tolerance = p.tolerance_units();
-    let need = mul(cost, p.interval_units())?;
-    let credit = sub(tolerance, debt)?;
-    let mut out = Evaluation {
-        verdict: Verdict::Denied,
-        server_now_ms: now_ms,
-        effective_now_ms: now,
-        limit: p.burst(),
-        remaining: div(credit, p.interval_units())?,
-        retry_after_ms: 0,
-        reset_at_ms: 0,
-        new_state: None,
-        ttl_ms: 0,
-    };
-    let debt_after = if need <= credit {
-        let debt = add(debt, need)?;
-        out.verdict = Verdict::Allowed;
-        out.remaining = div(sub(tolerance, debt)?, p.interval_units())?;
-        out.new_state = Some(GcraState { last_ms: now, debt });
-        debt
-    } else {
-        out.retry_after_ms = div_ceil(sub(need, credit)?, p.units_per_ms())?;
-        debt
-    };
-    let to_reset = div_ceil(debt_after, p.units_per_ms())?;
-    out.reset_at_ms = add(now, to_reset)?;
-    if out.new_state.is_some() {
-        out.ttl_ms = add(to_reset, rules.cleanup_grace_ms)?;
-    }
-    Ok(out)
+        Ok(out)
+    })
 }

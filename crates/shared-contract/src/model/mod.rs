@@ -100,6 +100,42 @@ impl<S> Evaluation<S> {
         })
     }
 
+    /// A denial at the effective time `now` of a call made at `server_now_ms`, with
+    /// `remaining` still available and nothing written; the algorithm fills in retry and
+    /// reset, or turns it into an allow with [`Self::allow`].
+    fn denied(server_now_ms: u64, now: u64, limit: u64, remaining: u64) -> Self {
+        Evaluation {
+            verdict: Verdict::Denied,
+            server_now_ms,
+            effective_now_ms: now,
+            limit,
+            remaining,
+            retry_after_ms: 0,
+            reset_at_ms: 0,
+            new_state: None,
+            ttl_ms: 0,
+        }
+    }
+
+    /// Turns the evaluation into an allow that stores `state`, leaves `remaining` and resets
+    /// `to_reset` ms after the effective time: the state lives that long plus the cleanup
+    /// grace (after it, it would no longer differ from no state at all).
+    fn allow(
+        &mut self,
+        state: S,
+        remaining: u64,
+        to_reset: u64,
+        rules: &Rules,
+    ) -> Result<(), ModelError> {
+        self.verdict = Verdict::Allowed;
+        self.remaining = remaining;
+        self.retry_after_ms = 0;
+        self.reset_at_ms = exact::add(self.effective_now_ms, to_reset)?;
+        self.ttl_ms = exact::add(to_reset, rules.cleanup_grace_ms)?;
+        self.new_state = Some(state);
+        Ok(())
+    }
+
     fn clock_unsafe(now: u64, last: u64, limit: u64) -> Self {
         Evaluation {
             verdict: Verdict::ClockUnsafe,
@@ -131,12 +167,12 @@ pub enum ModelError {
 }
 
 /// The clock rule: the time an algorithm computes with, or the stored time it fell behind.
-pub(crate) enum EffectiveNow {
+enum EffectiveNow {
     Safe(u64),
     Unsafe { last: u64 },
 }
 
-pub(crate) fn effective_now(
+fn effective_now(
     last_ms: Option<u64>,
     now_ms: u64,
     rules: &Rules,
@@ -156,8 +192,40 @@ pub(crate) fn effective_now(
     })
 }
 
+/// Stored state of one algorithm, as the step every algorithm shares reads it.
+pub(crate) trait Stored {
+    /// The validated parameters the state must fit.
+    type Params;
+    /// Time of the last write (the last observed time).
+    fn last_ms(&self) -> u64;
+    /// Refuses state the model could not have written under `p` (beyond the shared
+    /// `last_ms` bound, which [`step`] checks).
+    fn check(&self, p: &Self::Params) -> Result<(), ModelError>;
+}
+
+/// The step every algorithm shares around its own arithmetic: refuse stored state that does
+/// not fit `p`, apply the clock rule, and answer `ClockUnsafe` (reporting `limit`) when the
+/// clock fell too far behind. Otherwise `decide` computes with the effective time.
+pub(crate) fn step<S: Stored>(
+    p: &S::Params,
+    rules: &Rules,
+    state: Option<&S>,
+    now_ms: u64,
+    limit: u64,
+    decide: impl FnOnce(u64) -> Result<Evaluation<S>, ModelError>,
+) -> Result<Evaluation<S>, ModelError> {
+    if let Some(s) = state {
+        check_last(s.last_ms())?;
+        s.check(p)?;
+    }
+    match effective_now(state.map(S::last_ms), now_ms, rules)? {
+        EffectiveNow::Safe(now) => decide(now),
+        EffectiveNow::Unsafe { last } => Ok(Evaluation::clock_unsafe(now_ms, last, limit)),
+    }
+}
+
 /// `last_ms` of stored state must be a time the models could have written.
-pub(crate) fn check_last(last_ms: u64) -> Result<(), ModelError> {
+fn check_last(last_ms: u64) -> Result<(), ModelError> {
     if last_ms > MAX_TIME_MS {
         Err(ModelError::StateIncompatible(
             "last_ms beyond the supported time range",

@@ -11,7 +11,7 @@
 //! State: `last_ms` (time of the last allow) and the entries, oldest first. The entry count is
 //! at most `limit` ([`crate::policy::SLIDING_LOG_MAX_LIMIT`] bounds it).
 
-use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, sub};
 use crate::policy::SlidingLogParams;
 
@@ -22,9 +22,14 @@ pub struct SlidingLogState {
     pub entries: Vec<(u64, u64)>,
 }
 
-impl SlidingLogState {
+impl Stored for SlidingLogState {
+    type Params = SlidingLogParams;
+
+    fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
     fn check(&self, p: &SlidingLogParams) -> Result<(), ModelError> {
-        check_last(self.last_ms)?;
         let mut sum: u64 = 0;
         let mut prev: Option<u64> = None;
         for &(t, c) in &self.entries {
@@ -52,67 +57,48 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<SlidingLogState>, ModelError> {
-    if let Some(s) = state {
-        s.check(p)?;
-    }
-    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
-        EffectiveNow::Safe(t) => t,
-        EffectiveNow::Unsafe { last } => {
-            return Ok(Evaluation::clock_unsafe(now_ms, last, p.limit()));
+    step(p, rules, state, now_ms, p.limit(), |now| {
+        let (w, limit) = (p.window_ms(), p.limit());
+        let entries: &[(u64, u64)] = state.map_or(&[], |s| &s.entries);
+        // Entries with time + W <= now have left the window (time > now - W, without negatives).
+        let mut first_live = 0;
+        while first_live < entries.len() && add(entries[first_live].0, w)? <= now {
+            first_live += 1;
         }
-    };
-    let (w, limit) = (p.window_ms(), p.limit());
-    let entries: &[(u64, u64)] = state.map_or(&[], |s| &s.entries);
-    // Entries with time + W <= now have left the window (time > now - W, without negatives).
-    let mut first_live = 0;
-    while first_live < entries.len() && add(entries[first_live].0, w)? <= now {
-        first_live += 1;
-    }
-    let live = &entries[first_live..];
-    let mut live_sum = 0;
-    for &(_, c) in live {
-        live_sum = add(live_sum, c)?;
-    }
-    let available = sub(limit, live_sum)?;
-    let mut out = Evaluation {
-        verdict: Verdict::Denied,
-        server_now_ms: now_ms,
-        effective_now_ms: now,
-        limit,
-        remaining: available,
-        retry_after_ms: 0,
-        reset_at_ms: match live.last() {
+        let live = &entries[first_live..];
+        let mut live_sum = 0;
+        for &(_, c) in live {
+            live_sum = add(live_sum, c)?;
+        }
+        let available = sub(limit, live_sum)?;
+        let mut out = Evaluation::denied(now_ms, now, limit, available);
+        out.reset_at_ms = match live.last() {
             Some(&(t, _)) => add(t, w)?,
             None => now,
-        },
-        new_state: None,
-        ttl_ms: 0,
-    };
-    if cost <= available {
-        let mut kept: Vec<(u64, u64)> = Vec::with_capacity(live.len() + 1);
-        kept.extend_from_slice(live);
-        match kept.last_mut() {
-            Some(last) if last.0 == now => last.1 = add(last.1, cost)?,
-            _ => kept.push((now, cost)),
+        };
+        if cost <= available {
+            let mut kept: Vec<(u64, u64)> = Vec::with_capacity(live.len() + 1);
+            kept.extend_from_slice(live);
+            match kept.last_mut() {
+                Some(last) if last.0 == now => last.1 = add(last.1, cost)?,
+                _ => kept.push((now, cost)),
+            }
+            let state = SlidingLogState {
+                last_ms: now,
+                entries: kept,
+            };
+            out.allow(state, sub(available, cost)?, w, rules)?;
+            return Ok(out);
         }
-        out.verdict = Verdict::Allowed;
-        out.remaining = sub(available, cost)?;
-        out.reset_at_ms = add(now, w)?;
-        out.ttl_ms = add(w, rules.cleanup_grace_ms)?;
-        out.new_state = Some(SlidingLogState {
-            last_ms: now,
-            entries: kept,
-        });
-        return Ok(out);
-    }
-    // Let the oldest entries leave until the rest plus `cost` fits.
-    let mut left = live_sum;
-    for &(t, c) in live {
-        left = sub(left, c)?;
-        if cost <= sub(limit, left)? {
-            out.retry_after_ms = sub(add(t, w)?, now)?;
-            break;
+        // Let the oldest entries leave until the rest plus `cost` fits.
+        let mut left = live_sum;
+        for &(t, c) in live {
+            left = sub(left, c)?;
+            if cost <= sub(limit, left)? {
+                out.retry_after_ms = sub(add(t, w)?, now)?;
+                break;
+            }
         }
-    }
-    Ok(out)
+        Ok(out)
+    })
 }

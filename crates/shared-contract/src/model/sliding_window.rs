@@ -14,7 +14,7 @@
 //! State: `last_ms` (time of the last allow), `previous` (count of the window before that of
 //! `last_ms`) and `current` (count of the window of `last_ms`).
 
-use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::{SLIDING_WINDOW_SCALE as S, SlidingWindowParams};
 
@@ -25,9 +25,14 @@ pub struct SlidingWindowState {
     pub current: u64,
 }
 
-impl SlidingWindowState {
+impl Stored for SlidingWindowState {
+    type Params = SlidingWindowParams;
+
+    fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
     fn check(&self, p: &SlidingWindowParams) -> Result<(), ModelError> {
-        check_last(self.last_ms)?;
         if self.previous > p.limit() || self.current > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));
         }
@@ -62,87 +67,67 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<SlidingWindowState>, ModelError> {
-    if let Some(s) = state {
-        s.check(p)?;
-    }
-    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
-        EffectiveNow::Safe(t) => t,
-        EffectiveNow::Unsafe { last } => {
-            return Ok(Evaluation::clock_unsafe(now_ms, last, p.limit()));
-        }
-    };
-    let (w, limit) = (p.window_ms(), p.limit());
-    let elapsed = rem(now, w)?;
-    let window_start = sub(now, elapsed)?;
-    let (previous, current) = match state {
-        Some(s) => {
-            let last_start = sub(s.last_ms, rem(s.last_ms, w)?)?;
-            if last_start == window_start {
-                (s.previous, s.current)
-            } else if add(last_start, w)? == window_start {
-                (s.current, 0)
-            } else {
-                (0, 0)
+    step(p, rules, state, now_ms, p.limit(), |now| {
+        let (w, limit) = (p.window_ms(), p.limit());
+        let elapsed = rem(now, w)?;
+        let window_start = sub(now, elapsed)?;
+        let (previous, current) = match state {
+            Some(s) => {
+                let last_start = sub(s.last_ms, rem(s.last_ms, w)?)?;
+                if last_start == window_start {
+                    (s.previous, s.current)
+                } else if add(last_start, w)? == window_start {
+                    (s.current, 0)
+                } else {
+                    (0, 0)
+                }
             }
+            None => (0, 0),
+        };
+        let weight = div_ceil(mul(sub(w, elapsed)?, S)?, w)?;
+        let estimate = add(div_ceil(mul(previous, weight)?, S)?, current)?;
+        // Only planted state can push the estimate past the limit; it then admits nothing.
+        let available = if estimate >= limit {
+            0
+        } else {
+            sub(limit, estimate)?
+        };
+        let mut out = Evaluation::denied(now_ms, now, limit, available);
+        if cost <= available {
+            let current = add(current, cost)?;
+            let reset_at = add(window_start, mul(2, w)?)?;
+            let state = SlidingWindowState {
+                last_ms: now,
+                previous,
+                current,
+            };
+            out.allow(state, sub(available, cost)?, sub(reset_at, now)?, rules)?;
+            return Ok(out);
         }
-        None => (0, 0),
-    };
-    let weight = div_ceil(mul(sub(w, elapsed)?, S)?, w)?;
-    let estimate = add(div_ceil(mul(previous, weight)?, S)?, current)?;
-    // Only planted state can push the estimate past the limit; it then admits nothing.
-    let available = if estimate >= limit {
-        0
-    } else {
-        sub(limit, estimate)?
-    };
-    let mut out = Evaluation {
-        verdict: Verdict::Denied,
-        server_now_ms: now_ms,
-        effective_now_ms: now,
-        limit,
-        remaining: available,
-        retry_after_ms: 0,
-        reset_at_ms: 0,
-        new_state: None,
-        ttl_ms: 0,
-    };
-    if cost <= available {
-        let current = add(current, cost)?;
-        let reset_at = add(window_start, mul(2, w)?)?;
-        out.verdict = Verdict::Allowed;
-        out.remaining = sub(available, cost)?;
-        out.reset_at_ms = reset_at;
-        out.new_state = Some(SlidingWindowState {
-            last_ms: now,
-            previous,
-            current,
-        });
-        out.ttl_ms = add(sub(reset_at, now)?, rules.cleanup_grace_ms)?;
-        return Ok(out);
-    }
-    out.reset_at_ms = if current > 0 {
-        add(window_start, mul(2, w)?)?
-    } else if previous > 0 {
-        add(window_start, w)?
-    } else {
-        now
-    };
-    // The earliest time the estimate admits `cost`, assuming no other request: later in this
-    // window (only if `current` leaves room), else in the next (previous := current), else at
-    // the start of the one after (both counts gone). `cost <= limit` holds by validation.
-    let to_next = sub(w, elapsed)?;
-    let used = add(current, cost)?;
-    let in_this = if used <= limit {
-        first_offset(w, previous, sub(limit, used)?, elapsed)?
-    } else {
-        None
-    };
-    out.retry_after_ms = match in_this {
-        Some(e) => sub(e, elapsed)?,
-        None => match first_offset(w, current, sub(limit, cost)?, 0)? {
-            Some(e) => add(to_next, e)?,
-            None => add(to_next, w)?,
-        },
-    };
-    Ok(out)
+        out.reset_at_ms = if current > 0 {
+            add(window_start, mul(2, w)?)?
+        } else if previous > 0 {
+            add(window_start, w)?
+        } else {
+            now
+        };
+        // The earliest time the estimate admits `cost`, assuming no other request: later in this
+        // window (only if `current` leaves room), else in the next (previous := current), else at
+        // the start of the one after (both counts gone). `cost <= limit` holds by validation.
+        let to_next = sub(w, elapsed)?;
+        let used = add(current, cost)?;
+        let in_this = if used <= limit {
+            first_offset(w, previous, sub(limit, used)?, elapsed)?
+        } else {
+            None
+        };
+        out.retry_after_ms = match in_this {
+            Some(e) => sub(e, elapsed)?,
+            None => match first_offset(w, current, sub(limit, cost)?, 0)? {
+                Some(e) => add(to_next, e)?,
+                None => add(to_next, w)?,
+            },
+        };
+        Ok(out)
+    })
 }

@@ -14,7 +14,7 @@
 //!
 //! State: `last_ms` (time of the last allow) and `tokens` in units at that time.
 
-use super::{EffectiveNow, Evaluation, ModelError, Rules, Verdict, check_last, effective_now};
+use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::TokenBucketParams;
 
@@ -25,9 +25,14 @@ pub struct TokenBucketState {
     pub tokens: u64,
 }
 
-impl TokenBucketState {
+impl Stored for TokenBucketState {
+    type Params = TokenBucketParams;
+
+    fn last_ms(&self) -> u64 {
+        self.last_ms
+    }
+
     fn check(&self, p: &TokenBucketParams) -> Result<(), ModelError> {
-        check_last(self.last_ms)?;
         if self.tokens > p.capacity_units() {
             return Err(ModelError::StateIncompatible("tokens above capacity"));
         }
@@ -60,48 +65,26 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<TokenBucketState>, ModelError> {
-    if let Some(s) = state {
-        s.check(p)?;
-    }
-    let now = match effective_now(state.map(|s| s.last_ms), now_ms, rules)? {
-        EffectiveNow::Safe(t) => t,
-        EffectiveNow::Unsafe { last } => {
-            return Ok(Evaluation::clock_unsafe(now_ms, last, p.capacity()));
+    step(p, rules, state, now_ms, p.capacity(), |now| {
+        let tokens = match state {
+            Some(s) => refill(p, s, now)?,
+            None => p.capacity_units(),
+        };
+        let need = mul(cost, p.scale())?;
+        let mut out = Evaluation::denied(now_ms, now, p.capacity(), div(tokens, p.scale())?);
+        // Time until the bucket is full again, from `left` units.
+        let to_full = |left| div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms());
+        if need <= tokens {
+            let left = sub(tokens, need)?;
+            let state = TokenBucketState {
+                last_ms: now,
+                tokens: left,
+            };
+            out.allow(state, div(left, p.scale())?, to_full(left)?, rules)?;
+        } else {
+            out.retry_after_ms = div_ceil(sub(need, tokens)?, p.units_per_ms())?;
+            out.reset_at_ms = add(now, to_full(tokens)?)?;
         }
-    };
-    let tokens = match state {
-        Some(s) => refill(p, s, now)?,
-        None => p.capacity_units(),
-    };
-    let need = mul(cost, p.scale())?;
-    let mut out = Evaluation {
-        verdict: Verdict::Denied,
-        server_now_ms: now_ms,
-        effective_now_ms: now,
-        limit: p.capacity(),
-        remaining: div(tokens, p.scale())?,
-        retry_after_ms: 0,
-        reset_at_ms: 0,
-        new_state: None,
-        ttl_ms: 0,
-    };
-    let left = if need <= tokens {
-        let left = sub(tokens, need)?;
-        out.verdict = Verdict::Allowed;
-        out.remaining = div(left, p.scale())?;
-        out.new_state = Some(TokenBucketState {
-            last_ms: now,
-            tokens: left,
-        });
-        left
-    } else {
-        out.retry_after_ms = div_ceil(sub(need, tokens)?, p.units_per_ms())?;
-        tokens
-    };
-    let to_full = div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms())?;
-    out.reset_at_ms = add(now, to_full)?;
-    if out.new_state.is_some() {
-        out.ttl_ms = add(to_full, rules.cleanup_grace_ms)?;
-    }
-    Ok(out)
+        Ok(out)
+    })
 }

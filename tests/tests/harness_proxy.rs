@@ -6,6 +6,7 @@ use std::net::{SocketAddr, TcpStream};
 use std::sync::OnceLock;
 use std::time::{Duration, Instant};
 
+use acceptance_tests::eventually::eventually_blocking;
 use acceptance_tests::proxy::{ProxyMode, TcpProxy};
 use acceptance_tests::redis_server::RedisServer;
 
@@ -72,12 +73,17 @@ fn fails_fast<T>(what: &str, op: impl FnOnce() -> redis::RedisResult<T>) {
     );
 }
 
-fn eventually(what: &str, check: impl Fn() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while !check() {
-        assert!(Instant::now() < deadline, "not within 3 s: {what}");
-        std::thread::sleep(Duration::from_millis(10));
-    }
+/// Waits up to 3 s until the proxy holds `n` connections.
+fn until_connections(proxy: &TcpProxy, n: usize, what: &str) {
+    eventually_blocking(
+        what,
+        Duration::from_secs(3),
+        Duration::from_millis(10),
+        || {
+            let held = proxy.connections();
+            if held == n { Ok(()) } else { Err(held) }
+        },
+    );
 }
 
 #[test]
@@ -167,20 +173,20 @@ fn connections_are_counted_until_they_close() {
     assert_eq!(raw_ping(&b).expect("PING b"), "+PONG\r\n");
     assert_eq!(proxy.connections(), 2);
     drop(a);
-    eventually("one connection left", || proxy.connections() == 1);
+    until_connections(&proxy, 1, "one connection left");
     // A connection accepted during a blackhole ends when its client goes away.
     proxy.blackhole();
     let held = raw(&proxy);
-    eventually("the held connection counted", || proxy.connections() == 2);
+    until_connections(&proxy, 2, "the held connection counted");
     drop(held);
-    eventually("the held connection gone", || proxy.connections() == 1);
+    until_connections(&proxy, 1, "the held connection gone");
     // A forwarded connection whose client closes during the blackhole stays until the heal:
     // its end is held like its bytes, and reaches the server only then.
     drop(b);
     std::thread::sleep(SHORT);
     assert_eq!(proxy.connections(), 1);
     proxy.pass();
-    eventually("no connection left", || proxy.connections() == 0);
+    until_connections(&proxy, 0, "no connection left");
 }
 
 #[test]

@@ -1,6 +1,11 @@
-//! Seed 004's evidence list at program level: each item a named test of the Lua programs on a
-//! real redis-server, for all five programs. Production programs (real `TIME`) unless a test
-//! needs a chosen clock, which takes the test build (`now` from ARGV).
+//! What every Lua program must guarantee on its own, each a named test run on a real
+//! redis-server for all five programs: the exact boundary after a denial that consumed
+//! nothing, clock regression (refused beyond the threshold with the state byte for byte
+//! unchanged, clamped within it), state of the wrong type or malformed left untouched, both
+//! state layouts read and the compact one written, token refill remainders carried,
+//! malformed arguments refused, the time prelude and the test build, and the programs'
+//! headers and key discipline. Production programs (real `TIME`) unless a test needs a
+//! chosen clock, which takes the test build (`now` from ARGV).
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::TcpStream;
@@ -10,14 +15,13 @@ use acceptance_tests::lua::{
     Layout, Loaded, Program, Reply, TEST_TIME_SOURCE, arguments, decode_state, dump, encode_state,
     encode_state_as, get_raw, layout_of, pttl, server_time_ms,
 };
+use acceptance_tests::rate::{TestPolicy, algorithm};
 use acceptance_tests::redis_server::RedisServer;
 use shared_contract::model::{
     AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
     TokenBucketState,
 };
-use shared_contract::{
-    Algorithm, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-};
+use shared_contract::{Algorithm, AlgorithmSpec, RateLimitPolicy};
 
 const HOUR: Duration = Duration::from_secs(3600);
 /// Slack between two clock reads around one program call. Generous because the test process
@@ -27,43 +31,14 @@ const HOUR: Duration = Duration::from_secs(3600);
 const CLOCK_SLACK_MS: u64 = 1_000;
 
 fn spec(program: Program, limit: u64, span: Duration) -> AlgorithmSpec {
-    match program {
-        Program::FixedWindow => AlgorithmSpec::FixedWindow {
-            limit,
-            window: span,
-        },
-        Program::SlidingCounter => AlgorithmSpec::SlidingWindow {
-            limit,
-            window: span,
-        },
-        Program::TokenBucket => AlgorithmSpec::TokenBucket {
-            capacity: limit,
-            refill_amount: limit,
-            refill_interval: span,
-        },
-        Program::Gcra => AlgorithmSpec::Gcra {
-            limit,
-            period: span,
-            burst: limit,
-        },
-        Program::SlidingLog => AlgorithmSpec::SlidingLog {
-            limit,
-            window: span,
-        },
-    }
+    algorithm(program.kind(), limit, span)
 }
 
 fn policy_with(algorithm: AlgorithmSpec, max_cost: u64, revision: u32) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new("evidence").expect("a valid id"),
-        revision: PolicyRevision::new(revision).expect("a valid revision"),
-        algorithm,
-        max_cost,
-        cleanup_grace: Duration::from_secs(60),
-        max_clock_regression: Duration::from_secs(1),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("a valid policy")
+    TestPolicy::new("evidence", algorithm)
+        .revision(revision)
+        .max_cost(max_cost)
+        .build()
 }
 
 /// Limit 5 recovering over an hour: nothing refills or rolls over while a test runs.
@@ -87,6 +62,11 @@ fn fixture(program: Program) -> Fixture {
         production,
         test_build,
     }
+}
+
+/// The fixture of `program`, its [`policy`], and the key of `test`.
+fn setup(program: Program, test: &str) -> (Fixture, RateLimitPolicy, String) {
+    (fixture(program), policy(program), key(program, test))
 }
 
 fn key(program: Program, test: &str) -> String {
@@ -151,9 +131,7 @@ fn assert_zero_fields(reply: &Reply, status: &str, context: &str) {
 #[test]
 fn exact_boundary_admission_after_a_denied_non_consuming_request() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "boundary");
+        let (mut f, p, k) = setup(program, "boundary");
         let _: () = redis::cmd("DEL").arg(&k).query(&mut f.con).expect("DEL");
         let now = 1_800_000_000_000;
         let run = |f: &mut Fixture, cost: u64| {
@@ -190,9 +168,7 @@ fn exact_boundary_admission_after_a_denied_non_consuming_request() {
 #[test]
 fn clock_regression_beyond_threshold_leaves_state_byte_for_byte_unchanged() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "regression");
+        let (mut f, p, k) = setup(program, "regression");
         // last_ms a minute ahead of the server: far beyond the 1 s regression allowed.
         let last_ms = server_time_ms(&mut f.con).expect("TIME") + 60_000;
         let value = encode_state(p.revision().get(), &some_state(&p, last_ms)).expect("encode");
@@ -226,9 +202,7 @@ fn clock_regression_beyond_threshold_leaves_state_byte_for_byte_unchanged() {
 #[test]
 fn small_clock_regression_clamps_to_the_stored_last_ms() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "clamp");
+        let (mut f, p, k) = setup(program, "clamp");
         // 300 ms ahead of the server: within the 1 s allowed.
         let last_ms = server_time_ms(&mut f.con).expect("TIME") + 300;
         let state = some_state(&p, last_ms);
@@ -263,9 +237,7 @@ fn small_clock_regression_clamps_to_the_stored_last_ms() {
 #[test]
 fn wrong_key_type_is_state_incompatible_and_untouched() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "wrongtype");
+        let (mut f, p, k) = setup(program, "wrongtype");
         for (kind, setup) in [
             (
                 "hash",
@@ -378,9 +350,7 @@ fn malformed_values(program: Program, p: &RateLimitPolicy) -> Vec<(String, Vec<u
 #[test]
 fn malformed_state_is_state_incompatible_and_untouched() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "malformed");
+        let (mut f, p, k) = setup(program, "malformed");
         for (what, value) in malformed_values(program, &p) {
             plant(&mut f.con, &k, &value, Some(400_000));
             let ttl_before = pttl(&mut f.con, &k).expect("PTTL");
@@ -419,9 +389,7 @@ fn malformed_state_is_state_incompatible_and_untouched() {
 #[test]
 fn both_layouts_are_read_and_the_compact_one_is_written() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "layouts");
+        let (mut f, p, k) = setup(program, "layouts");
         let now = 1_800_000_000_000;
         let state = some_state(&p, now);
         for layout in [Layout::Compact, Layout::Wide] {
@@ -626,9 +594,7 @@ fn malformed_arguments_are_invalid() {
 #[test]
 fn production_time_prelude_returns_server_time() {
     for program in Program::ALL {
-        let mut f = fixture(program);
-        let p = policy(program);
-        let k = key(program, "prelude");
+        let (mut f, p, k) = setup(program, "prelude");
         let _: () = redis::cmd("DEL").arg(&k).query(&mut f.con).expect("DEL");
         let before = server_time_ms(&mut f.con).expect("TIME");
         let reply = f

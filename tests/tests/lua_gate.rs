@@ -1,8 +1,8 @@
 //! The event-gate Lua programs (their test build: `now` from the last ARGV) against the
 //! reference model `GateState`, on a real redis-server.
 //!
-//! - The seed's two examples, scaled to milliseconds (duration 300 ms, receipts at 100, 200,
-//!   300, 400 and 700 ms), give exactly the model's clock table of docs/event-gates.md, with
+//! - The two worked examples of `docs/event-gates.md`, scaled to milliseconds (duration
+//!   300 ms, receipts at 100, 200, 300, 400 and 700 ms), give exactly its clock table, with
 //!   exact times: the boundary receipt at 700 ms is exactly one duration after the one at 400.
 //! - A differential property test: random gates (both modes, small `max_events` so `Full`
 //!   happens, zero or small clock regression, short retention) and random sequences of
@@ -13,6 +13,7 @@
 
 use std::time::Duration;
 
+use acceptance_tests::gate::{event_id, key};
 use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::gate::keys::GateKeys;
 use adapter_redis::gate::programs::{self, GateProgram};
@@ -189,22 +190,14 @@ fn gate(id: &str, mode: GateMode, duration_ms: u64) -> GateSettings {
     .expect("valid gate")
 }
 
-fn key(s: &str) -> EventKey {
-    EventKey::new(s).expect("valid key")
-}
-
-fn eid(s: &str) -> EventId {
-    EventId::new(s).expect("valid id")
-}
-
-/// The seed's receipts, scaled to ms; a publisher runs just before each receipt and at the
-/// end, as in docs/event-gates.md. Returns the answers' (clock, kind, conflicts_with) and the
-/// stream.
-/// One answer of a seed run: clock, kind, and the event it names.
+/// One answer of a worked-example run: clock, kind, and the event it names.
 type Answer = (u64, &'static str, String);
 
-fn seed_run(mode: GateMode) -> (Vec<Answer>, Vec<StatusUpdate>, Lua) {
-    let mut lua = Lua::new(gate(&format!("seed-{}", mode.as_str()), mode, 300));
+/// The receipts of the worked examples of `docs/event-gates.md`, scaled to ms, with a
+/// publisher run just before each receipt and at the end, as the document does. Returns the
+/// answers and the stream.
+fn worked_example(mode: GateMode) -> (Vec<Answer>, Vec<StatusUpdate>, Lua) {
+    let mut lua = Lua::new(gate(&format!("example-{}", mode.as_str()), mode, 300));
     let receipts = [
         (100, "apple", "e1"),
         (200, "taco", "e2"),
@@ -215,7 +208,7 @@ fn seed_run(mode: GateMode) -> (Vec<Answer>, Vec<StatusUpdate>, Lua) {
     let mut answers = Vec::new();
     for (t, k, i) in receipts {
         assert!(matches!(lua.publish(t, 100), GateOutcome::Evaluated(_)));
-        match lua.submit(t, &key(k), &eid(i)) {
+        match lua.submit(t, &key(k), &event_id(i)) {
             GateOutcome::Evaluated(SubmitOutcome::Submitted { clock, .. }) => {
                 answers.push((clock.get(), "submitted", i.to_owned()));
             }
@@ -231,88 +224,106 @@ fn seed_run(mode: GateMode) -> (Vec<Answer>, Vec<StatusUpdate>, Lua) {
     (answers, updates, lua)
 }
 
-fn summary(updates: &[StatusUpdate]) -> Vec<(u64, String, EventStatus)> {
-    updates
+/// Runs the worked example in `mode` and checks its answers and its stream of updates, each
+/// with its clock; returns the gate for the records.
+fn worked_example_gives(
+    mode: GateMode,
+    answers: [(u64, &'static str, &str); 5],
+    updates: [(u64, &str, EventStatus); 6],
+) -> Lua {
+    let (got_answers, got_updates, lua) = worked_example(mode);
+    let answers: Vec<Answer> = answers
+        .iter()
+        .map(|&(c, kind, id)| (c, kind, id.to_owned()))
+        .collect();
+    assert_eq!(got_answers, answers);
+    let updates: Vec<(u64, String, EventStatus)> = updates
+        .iter()
+        .map(|&(c, id, status)| (c, id.to_owned(), status))
+        .collect();
+    let got: Vec<(u64, String, EventStatus)> = got_updates
         .iter()
         .map(|u| (u.clock.get(), u.id.to_string(), u.status))
-        .collect()
+        .collect();
+    assert_eq!(got, updates);
+    lua
 }
 
 #[test]
-fn seed_only_once_example_submits_e1_e2_e7_with_the_documented_clocks() {
-    let (answers, updates, mut lua) = seed_run(GateMode::OnlyOnce);
-    let s = |a: &str| a.to_owned();
-    assert_eq!(
-        answers,
-        vec![
-            (1, "submitted", s("e1")),
-            (2, "submitted", s("e2")),
-            (3, "rejected", s("e2")),
-            (5, "rejected", s("e2")),
-            (7, "submitted", s("e7")),
-        ]
-    );
+fn only_once_worked_example_submits_e1_e2_e7_with_the_documented_clocks() {
     use EventStatus::*;
-    assert_eq!(
-        summary(&updates),
-        vec![
-            (1, s("e1"), Submitted),
-            (2, s("e2"), Submitted),
-            (4, s("e1"), Published),
-            (6, s("e2"), Published),
-            (7, s("e7"), Submitted),
-            (8, s("e7"), Published),
-        ]
+    let mut lua = worked_example_gives(
+        GateMode::OnlyOnce,
+        [
+            (1, "submitted", "e1"),
+            (2, "submitted", "e2"),
+            (3, "rejected", "e2"),
+            (5, "rejected", "e2"),
+            (7, "submitted", "e7"),
+        ],
+        [
+            (1, "e1", Submitted),
+            (2, "e2", Submitted),
+            (4, "e1", Published),
+            (6, "e2", Published),
+            (7, "e7", Submitted),
+            (8, "e7", Published),
+        ],
     );
     for id in ["e1", "e2", "e7"] {
-        assert_eq!(lua.record(&eid(id)).map(|r| r.status), Some(Published));
+        assert_eq!(lua.record(&event_id(id)).map(|r| r.status), Some(Published));
     }
     for id in ["e3", "e4"] {
-        assert_eq!(lua.record(&eid(id)), None, "a rejected event is not held");
+        assert_eq!(
+            lua.record(&event_id(id)),
+            None,
+            "a rejected event is not held"
+        );
     }
 }
 
 #[test]
-fn seed_strictly_once_example_publishes_only_e1_and_e7() {
-    let (answers, updates, mut lua) = seed_run(GateMode::StrictlyOnce);
-    let s = |a: &str| a.to_owned();
-    assert_eq!(
-        answers,
-        vec![
-            (1, "submitted", s("e1")),
-            (2, "submitted", s("e2")),
-            (4, "rejected", s("e2")),
-            (6, "rejected", s("e3")),
-            (7, "submitted", s("e7")),
-        ]
-    );
+fn strictly_once_worked_example_publishes_only_e1_and_e7() {
     use EventStatus::*;
-    assert_eq!(
-        summary(&updates),
-        vec![
-            (1, s("e1"), Submitted),
-            (2, s("e2"), Submitted),
-            (3, s("e2"), Invalidated),
-            (5, s("e1"), Published),
-            (7, s("e7"), Submitted),
-            (8, s("e7"), Published),
-        ]
+    let mut lua = worked_example_gives(
+        GateMode::StrictlyOnce,
+        [
+            (1, "submitted", "e1"),
+            (2, "submitted", "e2"),
+            (4, "rejected", "e2"),
+            (6, "rejected", "e3"),
+            (7, "submitted", "e7"),
+        ],
+        [
+            (1, "e1", Submitted),
+            (2, "e2", Submitted),
+            (3, "e2", Invalidated),
+            (5, "e1", Published),
+            (7, "e7", Submitted),
+            (8, "e7", Published),
+        ],
     );
-    assert_eq!(lua.record(&eid("e2")).map(|r| r.status), Some(Invalidated));
-    assert_eq!(lua.record(&eid("e7")).map(|r| r.status), Some(Published));
+    assert_eq!(
+        lua.record(&event_id("e2")).map(|r| r.status),
+        Some(Invalidated)
+    );
+    assert_eq!(
+        lua.record(&event_id("e7")).map(|r| r.status),
+        Some(Published)
+    );
 }
 
 #[test]
 fn state_of_another_mode_or_duration_is_incompatible_and_untouched() {
     let mut lua = Lua::new(gate("mode-switch", GateMode::OnlyOnce, 300));
     assert!(matches!(
-        lua.submit(100, &key("k"), &eid("a")),
+        lua.submit(100, &key("k"), &event_id("a")),
         GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
     ));
     let before = lua.snapshot();
     lua.gate = gate("mode-switch", GateMode::StrictlyOnce, 300);
     assert_eq!(
-        lua.submit(150, &key("k"), &eid("b")),
+        lua.submit(150, &key("k"), &event_id("b")),
         GateOutcome::Incompatible {
             category: shared_contract::IncompatibleCategory::State
         }
@@ -331,7 +342,7 @@ fn a_stream_trimmed_past_the_cursor_asks_for_a_resync() {
     let mut lua = Lua::new(gate("trimmed", GateMode::OnlyOnce, 10));
     lua.stream_max_len = 1;
     for i in 0..300u64 {
-        let id = eid(&format!("e{i}"));
+        let id = event_id(&format!("e{i}"));
         assert!(matches!(
             lua.submit(1000 + i * 20, &key(&format!("k{i}")), &id),
             GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
@@ -414,7 +425,7 @@ fn run_case(n: u64, case: &Case) -> Result<(), TestCaseError> {
         match *op {
             Op::Submit { key: k, id, dt } => {
                 now += dt;
-                let (k, id) = (key(&format!("k{k}")), eid(&format!("e{id}")));
+                let (k, id) = (key(&format!("k{k}")), event_id(&format!("e{id}")));
                 ids.insert(id.clone());
                 let expected = match model.submit(k.clone(), id.clone(), now) {
                     Ok(s) => {
