@@ -2,8 +2,10 @@
 //! reads, writes gathered and written early, stalled writes finished by one task, and every
 //! way a connection ends.
 
+use std::time::Duration;
+
 use super::*;
-use crate::resp::parse;
+use crate::resp::{self, parse};
 
 /// A fake server: reads whatever comes, answers with `script` chunks after each read.
 async fn serve(
@@ -234,6 +236,163 @@ async fn a_stalled_write_is_finished_while_more_calls_queue_and_write() {
     tokio::time::timeout(std::time::Duration::from_secs(5), released)
         .await
         .expect("no task is left holding the connection");
+}
+
+/// Tasks and calls per task of the stress tests; one call in seven is given up after its
+/// first poll.
+const STRESS_TASKS: usize = 64;
+const STRESS_CALLS: usize = 25;
+
+/// A fake server that works in rounds: it leaves its end alone for a millisecond (the
+/// client's writes fill the buffers and stall), reads until the client sends nothing more
+/// for 2 ms (every caller then waits for its reply, so the writer's queue has drained), and
+/// answers each command with its second element (the key), so a lost, repeated, cut or
+/// reordered command shows in the reply its caller gets. Returns once it has answered
+/// `expected` commands, dropping (closing) its end.
+async fn key_echo<S>(mut s: S, expected: usize) -> usize
+where
+    S: AsyncRead + AsyncWrite + Unpin,
+{
+    use tokio::io::AsyncWriteExt;
+    let mut got = Vec::new();
+    let mut answered = 0;
+    let mut buf = vec![0u8; 1 << 16];
+    while answered < expected {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        while let Ok(read) = tokio::time::timeout(Duration::from_millis(2), s.read(&mut buf)).await
+        {
+            let n = read.expect("read");
+            assert!(
+                n > 0,
+                "the client closed with {answered} of {expected} answered"
+            );
+            got.extend_from_slice(&buf[..n]);
+        }
+        let mut used_all = 0;
+        let mut replies = Vec::new();
+        while let Some((command, used)) = parse(&got[used_all..]).expect("a well-formed command") {
+            used_all += used;
+            let Value::Array(parts) = command else {
+                panic!("not a command: {command:?}")
+            };
+            let Some(Value::BulkString(key)) = parts.get(1) else {
+                panic!("no key: {parts:?}")
+            };
+            resp::write_bulk(&mut replies, key);
+            answered += 1;
+        }
+        got.drain(..used_all);
+        s.write_all(&replies).await.expect("write");
+    }
+    answered
+}
+
+/// Many tasks calling at once on `conn` (commands padded with `pad` bytes) against
+/// [`key_echo`] on the other end, `server`: every call gets its own reply, every command
+/// reaches the server once (those of calls given up too), and once the server has closed no
+/// task holds the connection.
+async fn stress<S>(conn: Conn, server: S, pad: usize)
+where
+    S: AsyncRead + AsyncWrite + Send + Unpin + 'static,
+{
+    let expected = STRESS_TASKS * STRESS_CALLS;
+    let server = tokio::spawn(key_echo(server, expected));
+    let mux = Arc::downgrade(&conn.mux);
+    let pad = vec![b'p'; pad];
+    let tasks: Vec<_> = (0..STRESS_TASKS)
+        .map(|t| {
+            let conn = conn.clone();
+            let pad = pad.clone();
+            tokio::spawn(async move {
+                let mut given_up = 0;
+                for i in 0..STRESS_CALLS {
+                    let key = format!("t{t}-c{i}");
+                    let set = redis::cmd("SET").arg(&key).arg(&pad[..]).to_owned();
+                    let call = conn.call(|out| set.write_packed_command(out), 0);
+                    if i % 7 == 3 {
+                        // Given up after one poll (a caller's timeout): the command still
+                        // leaves, and its reply goes to nobody, never to the next call.
+                        tokio::pin!(call);
+                        let polled = futures_poll_once(call.as_mut()).await;
+                        assert!(polled.is_none(), "{key}: answered at once: {polled:?}");
+                        given_up += 1;
+                        continue;
+                    }
+                    let reply = call.await;
+                    assert_eq!(
+                        reply,
+                        Ok(Value::BulkString(key.clone().into_bytes())),
+                        "{key} got another call's reply"
+                    );
+                }
+                given_up
+            })
+        })
+        .collect();
+    drop(conn);
+    let checked = async {
+        let mut given_up = 0;
+        for task in tasks {
+            given_up += task.await.expect("a calling task");
+        }
+        (given_up, server.await.expect("the server"))
+    };
+    let (given_up, answered) = tokio::time::timeout(Duration::from_secs(30), checked)
+        .await
+        .expect("every call answered: no write left stalled without its finisher");
+    assert!(given_up > 0);
+    assert_eq!(answered, expected, "every command reached the server once");
+    // The server has closed its end: the reader ends, and nothing may hold the connection.
+    let released = async {
+        while mux.upgrade().is_some() {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(5), released)
+        .await
+        .expect("no task is left holding the connection");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_a_seven_byte_pipe_each_get_their_own_reply() {
+    let (client, server) = tokio::io::duplex(7);
+    let (read, write) = tokio::io::split(client);
+    let (conn, driver) = Conn::from_halves(Box::new(read), Box::new(write));
+    tokio::spawn(driver);
+    stress(conn, server, 32).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn many_tasks_on_a_socket_with_tiny_buffers_each_get_their_own_reply() {
+    // Both buffers as small as the kernel allows (a few KiB). The server also announces a
+    // small segment size: on loopback (a 64 KiB MSS) a receive buffer smaller than a segment
+    // never reopens its window as it is read, and the sender would wait for TCP's persist
+    // timer (200 ms and more) instead of for the server.
+    let listener = socket2::Socket::new(
+        socket2::Domain::IPV4,
+        socket2::Type::STREAM,
+        Some(socket2::Protocol::TCP),
+    )
+    .expect("socket");
+    listener.set_recv_buffer_size(1).expect("SO_RCVBUF");
+    listener.set_tcp_mss(536).expect("TCP_MAXSEG");
+    let any: std::net::SocketAddr = "127.0.0.1:0".parse().expect("address");
+    listener.bind(&any.into()).expect("bind");
+    listener.listen(1).expect("listen");
+    listener.set_nonblocking(true).expect("non-blocking");
+    let listener = tokio::net::TcpListener::from_std(listener.into()).expect("a tokio listener");
+    let socket = tokio::net::TcpSocket::new_v4().expect("socket");
+    socket.set_send_buffer_size(1).expect("SO_SNDBUF");
+    let addr = listener.local_addr().expect("addr");
+    let (client, accepted) = tokio::join!(socket.connect(addr), listener.accept());
+    let client = client.expect("connect");
+    let (server, _) = accepted.expect("accept");
+    // As the provider dials: small commands leave at once.
+    client.set_nodelay(true).expect("TCP_NODELAY");
+    server.set_nodelay(true).expect("TCP_NODELAY");
+    let (conn, driver) = Conn::tcp(client);
+    tokio::spawn(driver);
+    stress(conn, server, 256).await;
 }
 
 #[tokio::test]
