@@ -59,7 +59,7 @@ fn eval_rate(
     key: &str,
 ) -> redis::RedisResult<Value> {
     let mut cmd = redis::cmd("EVAL");
-    cmd.arg(programs::program(policy.kind()).source)
+    cmd.arg(programs::program(policy.kind()).script.source)
         .arg(1)
         .arg(key)
         .arg(1);
@@ -109,7 +109,7 @@ fn every_rate_program_runs_on_the_master_owning_its_key() {
 
 fn run_gate(
     con: &mut redis::Connection,
-    program: &gate_programs::GateProgram,
+    program: &adapter_redis::script::Script,
     keys: &GateKeys,
     args: &[&str],
 ) -> Value {

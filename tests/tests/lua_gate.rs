@@ -16,8 +16,9 @@ use std::time::Duration;
 use acceptance_tests::gate::{event_id, key};
 use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::gate::keys::GateKeys;
-use adapter_redis::gate::programs::{self, GateProgram};
+use adapter_redis::gate::programs;
 use adapter_redis::gate::reply;
+use adapter_redis::script::Script;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use redis::Value;
@@ -44,7 +45,7 @@ impl Lua {
         let mut con = RedisServer::shared().connection();
         let shas = [&programs::SUBMIT, &programs::PUBLISH, &programs::SWEEP]
             .iter()
-            .map(|p: &&GateProgram| {
+            .map(|p: &&Script| {
                 let src = p.test_variant().expect("a time block");
                 redis::cmd("SCRIPT")
                     .arg("LOAD")

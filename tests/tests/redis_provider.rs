@@ -27,6 +27,7 @@ async fn noscript_after_script_flush_recovers() {
     let s = subject(1);
     assert!(allowed(provider, p, s).await);
     let sha = programs::program(AlgorithmKind::TokenBucket)
+        .script
         .sha1()
         .to_owned();
     let _: () = f.query(redis::cmd("SCRIPT").arg("FLUSH"));

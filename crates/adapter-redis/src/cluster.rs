@@ -21,8 +21,11 @@ use shared_contract::Readiness;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::connection::{self, Access, Endpoint, LastError, Locate, NodeSet, Pick, Setup};
-use crate::settings::RedisSettings;
+use crate::background::LastError;
+use crate::connection::{Link, Locate, NodeSet, Pick, Setup};
+use crate::dial::{self, Access, Endpoint};
+use crate::resp;
+use crate::wire::Conn;
 
 /// Slots of a Redis Cluster.
 pub(crate) const SLOTS: usize = 16384;
@@ -62,7 +65,6 @@ impl Routing {
 pub(crate) struct Cluster {
     seeds: Vec<Arc<Endpoint>>,
     access: Arc<Access>,
-    settings: RedisSettings,
     setup: Arc<Setup>,
     routing: RwLock<Arc<Routing>>,
     /// Bumped after every applied map (start waits for the first).
@@ -79,13 +81,12 @@ impl Cluster {
     pub(crate) async fn start(
         seeds: Vec<Arc<Endpoint>>,
         access: Arc<Access>,
-        settings: &RedisSettings,
         setup: Arc<Setup>,
     ) -> (Arc<Self>, JoinHandle<()>) {
+        let wait = setup.connect_timeout + Duration::from_millis(100);
         let cluster = Arc::new(Self {
             seeds,
             access,
-            settings: settings.clone(),
             setup,
             routing: RwLock::new(Arc::new(Routing::empty())),
             generation: watch::Sender::new(0),
@@ -93,7 +94,6 @@ impl Cluster {
             wake: Notify::new(),
         });
         let task = tokio::spawn(cluster.clone().run());
-        let wait = settings.connect_timeout + Duration::from_millis(100);
         let first = async {
             let mut generation = cluster.generation.subscribe();
             if generation.wait_for(|&g| g > 0).await.is_ok() {
@@ -135,7 +135,7 @@ impl Cluster {
 
     /// A live connection to the master at `host:port` (a redirect's target), if it is one of
     /// the masters in the map and connected.
-    pub(crate) fn link_to(&self, host: &str, port: u16) -> Option<Arc<connection::Link>> {
+    pub(crate) fn link_to(&self, host: &str, port: u16) -> Option<Arc<Link>> {
         let routing = self.routing();
         let shard = routing.shards.iter().find(|s| s.endpoint.is(host, port))?;
         match shard.nodes.pick() {
@@ -196,7 +196,7 @@ impl Cluster {
     /// `CLUSTER SLOTS` from a connected master, else from the seeds (new connections).
     async fn fetch(&self) -> Result<Vec<SlotRange>, String> {
         let mut errors = Vec::new();
-        let timeout = self.settings.connect_timeout;
+        let timeout = self.setup.connect_timeout;
         let routing = self.routing();
         for shard in &routing.shards {
             if let Pick::Up(link) = shard.nodes.pick() {
@@ -207,7 +207,7 @@ impl Cluster {
             }
         }
         for seed in &self.seeds {
-            match connection::connect(seed, &self.settings).await {
+            match dial::dial(seed, timeout).await {
                 Ok((conn, driver)) => {
                     let driver = tokio::spawn(driver);
                     let asked = ask_slots(&conn, seed, timeout).await;
@@ -247,7 +247,6 @@ impl Cluster {
                                 Arc::new(Shard {
                                     nodes: NodeSet::start(
                                         Locate::Fixed(endpoint.clone()),
-                                        &self.settings,
                                         self.setup.clone(),
                                     ),
                                     endpoint,
@@ -305,12 +304,12 @@ pub(crate) struct SlotRange {
 }
 
 async fn ask_slots(
-    conn: &crate::wire::Conn,
+    conn: &Conn,
     asked: &Endpoint,
     timeout: Duration,
 ) -> Result<Vec<SlotRange>, String> {
     let cmd = redis::cmd("CLUSTER").arg("SLOTS").to_owned();
-    match tokio::time::timeout(timeout, conn.send_packed_command(&cmd)).await {
+    match tokio::time::timeout(timeout, conn.send(&cmd)).await {
         Ok(Ok(value)) => parse_slots(&value, &asked.host).map_err(|e| format!("{asked}: {e}")),
         Ok(Err(e)) => Err(format!("{asked}: CLUSTER SLOTS: {e}")),
         Err(_) => Err(format!(
@@ -347,7 +346,7 @@ pub(crate) fn parse_slots(value: &Value, asked_host: &str) -> Result<Vec<SlotRan
         let Some(Value::Array(master)) = fields.get(2) else {
             return Err(format!("CLUSTER SLOTS master of {start}-{end}"));
         };
-        let host = master.first().and_then(connection::text);
+        let host = master.first().and_then(resp::text);
         let port = match master.get(1) {
             Some(Value::Int(p)) => u16::try_from(*p).ok().filter(|&p| p != 0),
             _ => None,

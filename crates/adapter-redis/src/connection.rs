@@ -15,105 +15,52 @@
 //! Every request is pipelined on a live connection with the others in flight, so there is no
 //! per-call connection setup and no pool checkout. Picking a connection is a read of a flag.
 
-use std::fmt;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
-use redis::{RedisConnectionInfo, Value};
-use rustls_pki_types::ServerName;
+use redis::Value;
 use shared_contract::Readiness;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
-use tokio_rustls::TlsConnector;
 
-use crate::programs;
+use crate::acl::{self, Needs};
+use crate::background::Tasks;
+use crate::checks;
+use crate::dial::{self, Attempt, Endpoint};
+use crate::script::Script;
 use crate::sentinel::SentinelMonitor;
 use crate::settings::RedisSettings;
-use crate::tls;
-use crate::wire::{Conn, Driver};
+use crate::wire::Conn;
 
-/// A program to preload on every new connection: name, exact source, SHA1 of the source.
-pub(crate) type Script = (&'static str, &'static str, &'static str);
-
-/// What every data node of a topology is reached with: credentials and database, and the TLS
-/// connector when the topology speaks `rediss://`.
-pub(crate) struct Access {
-    pub(crate) redis: RedisConnectionInfo,
-    pub(crate) tls: Option<TlsConnector>,
-}
-
-/// One node's address and how to reach it.
-pub(crate) struct Endpoint {
-    pub(crate) host: String,
-    pub(crate) port: u16,
-    access: Arc<Access>,
-    /// The name the node's certificate must carry (its host), with TLS.
-    server_name: Option<ServerName<'static>>,
-}
-
-impl Endpoint {
-    /// # Errors
-    /// A description when TLS is on and `host` is not a valid certificate name.
-    pub(crate) fn new(host: &str, port: u16, access: Arc<Access>) -> Result<Self, String> {
-        let server_name = match &access.tls {
-            Some(_) => Some(tls::server_name(host)?),
-            None => None,
-        };
-        Ok(Self {
-            host: host.to_owned(),
-            port,
-            access,
-            server_name,
-        })
-    }
-
-    /// Whether this is the node at `host:port`.
-    pub(crate) fn is(&self, host: &str, port: u16) -> bool {
-        self.port == port && self.host == host
-    }
-}
-
-impl fmt::Display for Endpoint {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}", self.host, self.port)
-        } else {
-            write!(f, "{}:{}", self.host, self.port)
-        }
-    }
-}
-
-/// The last reason a background task (Sentinel monitor, cluster map) could not do its job,
-/// for readiness messages.
-pub(crate) struct LastError(std::sync::Mutex<String>);
-
-impl LastError {
-    pub(crate) fn new(initial: &str) -> Self {
-        Self(std::sync::Mutex::new(initial.to_owned()))
-    }
-
-    pub(crate) fn get(&self) -> String {
-        match self.0.lock() {
-            Ok(e) => e.clone(),
-            Err(p) => p.into_inner().clone(),
-        }
-    }
-
-    pub(crate) fn set(&self, error: String) {
-        match self.0.lock() {
-            Ok(mut e) => *e = error,
-            Err(p) => *p.into_inner() = error,
-        }
-    }
-}
-
-/// What a new connection is checked for and loaded with.
+/// How the connections of one provider are made, checked and kept: built once from the
+/// settings, shared by every supervisor (of every master, on a cluster).
 pub(crate) struct Setup {
-    /// Programs preloaded with `SCRIPT LOAD`.
-    pub(crate) scripts: Arc<[Script]>,
+    /// Connections per node.
+    pub(crate) connections: usize,
+    /// Longest wait for one attempt: the dial, then the checks.
+    pub(crate) connect_timeout: Duration,
+    /// Longest pause between two attempts.
+    pub(crate) reconnect_backoff_max: Duration,
+    /// Refuse an `allkeys-*` eviction policy instead of warning.
+    pub(crate) strict_eviction_policy: bool,
+    /// Programs preloaded with `SCRIPT LOAD` (and whose minimum Redis version is checked).
+    pub(crate) scripts: Vec<&'static Script>,
     /// What the ACL user must be allowed, checked on every new connection.
-    pub(crate) acl: Arc<crate::acl::Needs>,
+    pub(crate) acl: Needs,
+}
+
+impl Setup {
+    pub(crate) fn new(settings: &RedisSettings, scripts: Vec<&'static Script>, acl: Needs) -> Self {
+        Self {
+            connections: settings.connections,
+            connect_timeout: settings.connect_timeout,
+            reconnect_backoff_max: settings.reconnect_backoff_max,
+            strict_eviction_policy: settings.strict_eviction_policy,
+            scripts,
+            acl,
+        }
+    }
 }
 
 /// Consecutive command timeouts after which a connection is presumed stuck (a half-open
@@ -171,7 +118,7 @@ impl AckGroups {
                 }
                 std::mem::take(&mut state.waiting)
             };
-            let acked = match conn.send_packed_command(&wait).await {
+            let acked = match conn.send(&wait).await {
                 Ok(Value::Int(n)) => u64::try_from(n).unwrap_or(0),
                 _ => 0,
             };
@@ -266,17 +213,6 @@ pub(crate) enum Locate {
     Sentinel(Arc<SentinelMonitor>),
 }
 
-/// Aborts tasks when dropped (supervisors, monitors).
-pub(crate) struct Tasks(pub(crate) Vec<JoinHandle<()>>);
-
-impl Drop for Tasks {
-    fn drop(&mut self) {
-        for h in &self.0 {
-            h.abort();
-        }
-    }
-}
-
 /// `connections` supervised slots to one node, picked round robin.
 pub(crate) struct NodeSet {
     slots: Vec<Arc<Slot>>,
@@ -288,8 +224,8 @@ pub(crate) struct NodeSet {
 impl NodeSet {
     /// Starts one supervisor per connection. Returns at once; [`Self::settled`] waits for the
     /// first attempts.
-    pub(crate) fn start(locate: Locate, settings: &RedisSettings, setup: Arc<Setup>) -> Self {
-        let slots: Vec<Arc<Slot>> = (0..settings.connections)
+    pub(crate) fn start(locate: Locate, setup: Arc<Setup>) -> Self {
+        let slots: Vec<Arc<Slot>> = (0..setup.connections)
             .map(|_| {
                 Arc::new(Slot {
                     state: RwLock::new(SlotState::Down("not connected yet".into())),
@@ -304,7 +240,6 @@ impl NodeSet {
                 tokio::spawn(supervise(
                     slot.clone(),
                     locate.clone(),
-                    settings.clone(),
                     setup.clone(),
                     attempts_tx.clone(),
                 ))
@@ -333,7 +268,7 @@ impl NodeSet {
             Pick::Incompatible(reason) => return Readiness::NotReady(format!("redis: {reason}")),
         };
         let ping = redis::cmd("PING");
-        match tokio::time::timeout(timeout, conn.send_packed_command(&ping)).await {
+        match tokio::time::timeout(timeout, conn.send(&ping)).await {
             Ok(Ok(Value::SimpleString(s))) if s == "PONG" => Readiness::Ready,
             Ok(Ok(other)) => Readiness::NotReady(format!("redis: unexpected PING reply {other:?}")),
             Ok(Err(e)) => Readiness::NotReady(format!("redis: PING failed: {e}")),
@@ -374,64 +309,15 @@ impl NodeSet {
     }
 }
 
-/// A connection attempt that did not give a usable link.
-pub(crate) enum Attempt {
-    /// Not reachable or not usable now; try again.
-    Down(String),
-    /// Reachable but unusable by this build or these settings.
-    Incompatible(String),
-}
-
-/// TCP, optional TLS and the handshake (AUTH/SELECT), within `connect_timeout`. The driver
-/// must be polled (spawned) for the connection to make progress.
-pub(crate) async fn connect(
-    endpoint: &Endpoint,
-    settings: &RedisSettings,
-) -> Result<(Conn, Driver), String> {
-    let attempt = async {
-        let stream = tokio::net::TcpStream::connect((endpoint.host.as_str(), endpoint.port))
-            .await
-            .map_err(|e| format!("connect to {endpoint}: {e}"))?;
-        // Small requests and replies: do not let Nagle hold them back.
-        let _ = stream.set_nodelay(true);
-        let (conn, mut driver) = match (&endpoint.access.tls, &endpoint.server_name) {
-            (Some(connector), Some(name)) => {
-                let stream = connector
-                    .connect(name.clone(), stream)
-                    .await
-                    .map_err(|e| format!("TLS handshake with {endpoint}: {e}"))?;
-                Conn::new(stream)
-            }
-            _ => Conn::tcp(stream),
-        };
-        // The handshake's replies arrive only while the reader runs.
-        let handshake = conn.handshake(&endpoint.access.redis);
-        tokio::select! {
-            done = handshake => done.map_err(|e| format!("handshake with {endpoint}: {e}"))?,
-            () = &mut driver => {
-                return Err(format!("handshake with {endpoint}: the connection closed"));
-            }
-        }
-        Ok((conn, driver))
-    };
-    tokio::time::timeout(settings.connect_timeout, attempt)
-        .await
-        .map_err(|_| {
-            format!(
-                "no connection to {endpoint} within {:?}",
-                settings.connect_timeout
-            )
-        })?
-}
-
 /// One connection attempt: connect, check the server, preload the programs. Returns the live
 /// link, the notifier its driver fires when it ends, and the driver task.
 async fn open(
     endpoint: &Endpoint,
-    settings: &RedisSettings,
     setup: &Setup,
 ) -> Result<(Link, Arc<Notify>, JoinHandle<()>), Attempt> {
-    let (conn, driver) = connect(endpoint, settings).await.map_err(Attempt::Down)?;
+    let (conn, driver) = dial::dial(endpoint, setup.connect_timeout)
+        .await
+        .map_err(Attempt::Down)?;
     let alive = Arc::new(AtomicBool::new(true));
     let ended = Arc::new(Notify::new());
     let driver = tokio::spawn({
@@ -452,13 +338,10 @@ async fn open(
     };
     let checks = async {
         let conn = &link.conn;
-        check_version(conn).await?;
-        check_role(conn, endpoint).await?;
-        check_eviction_policy(conn, settings.strict_eviction_policy).await?;
-        preload(conn, &setup.scripts).await?;
-        crate::acl::check(conn, &setup.acl, endpoint.access.redis.username()).await
+        checks::server(conn, endpoint, &setup.scripts, setup.strict_eviction_policy).await?;
+        acl::check(conn, &setup.acl, endpoint.access.redis.username()).await
     };
-    let checked = tokio::time::timeout(settings.connect_timeout, checks)
+    let checked = tokio::time::timeout(setup.connect_timeout, checks)
         .await
         .unwrap_or_else(|_| {
             Err(Attempt::Down(format!(
@@ -474,179 +357,10 @@ async fn open(
     }
 }
 
-/// The text of a bulk or verbatim string reply.
-pub(crate) fn text(value: &Value) -> Option<String> {
-    match value {
-        Value::BulkString(b) => Some(String::from_utf8_lossy(b).into_owned()),
-        Value::VerbatimString { text, .. } => Some(text.clone()),
-        Value::SimpleString(s) => Some(s.clone()),
-        _ => None,
-    }
-}
-
-/// Refuses servers older than the programs' minimum. A least-privilege ACL user may not be
-/// allowed `INFO`; the check is then skipped (the programs still refuse to run on a server
-/// that lacks what they use, which surfaces as `Incompatible(program)`).
-async fn check_version(conn: &Conn) -> Result<(), Attempt> {
-    let refused = |code: &str| {
-        tracing::warn!(
-            code,
-            "INFO refused (ACL?); skipping the server version check"
-        );
-        Ok(())
-    };
-    let info = match conn
-        .send_packed_command(redis::cmd("INFO").arg("server"))
-        .await
-    {
-        Ok(Value::ServerError(e)) => return refused(e.code()),
-        Err(e) if e.code().is_some() => return refused(e.code().unwrap_or_default()),
-        Err(e) => return Err(Attempt::Down(format!("INFO server: {e}"))),
-        Ok(info) => info,
-    };
-    let Some(text) = text(&info) else {
-        return Err(Attempt::Down(format!("INFO server answered {info:?}")));
-    };
-    let version = text
-        .lines()
-        .find_map(|l| l.strip_prefix("redis_version:"))
-        .map(str::trim)
-        .unwrap_or("unknown")
-        .to_owned();
-    let mut parts = version.split('.').map(|p| p.parse::<u32>().ok());
-    let (major, minor) = match (parts.next().flatten(), parts.next().flatten()) {
-        (Some(a), Some(b)) => (a, b),
-        _ => {
-            return Err(Attempt::Incompatible(format!(
-                "unknown server version {version:?}"
-            )));
-        }
-    };
-    let needed = programs::PROGRAMS
-        .iter()
-        .map(|p| p.min_redis_version)
-        .max()
-        .unwrap_or((7, 0));
-    if (major, minor) < needed {
-        return Err(Attempt::Incompatible(format!(
-            "server version {version} is older than {}.{}, the programs' minimum",
-            needed.0, needed.1
-        )));
-    }
-    Ok(())
-}
-
-/// Refuses a node that is not a master: limiter state is written, and a replica would answer
-/// every program with `READONLY`. After a failover a client may still be pointed at the old
-/// master, now a replica (Sentinel's answer can lag), so this is checked on every connection.
-/// Where `ROLE` is not permitted (ACL) the check is skipped: a replica then answers
-/// `READONLY`, which retires the connection.
-async fn check_role(conn: &Conn, endpoint: &Endpoint) -> Result<(), Attempt> {
-    match conn.send_packed_command(&redis::cmd("ROLE")).await {
-        Ok(Value::Array(items)) => match items.first().and_then(text).as_deref() {
-            Some("master") => Ok(()),
-            Some(role) => Err(Attempt::Down(format!(
-                "{endpoint} is a {role}, not a master (writes would be refused); waiting for a master"
-            ))),
-            None => Err(Attempt::Down(format!(
-                "{endpoint}: ROLE answered {items:?}"
-            ))),
-        },
-        Err(e) if e.code().is_none() => Err(Attempt::Down(format!("ROLE: {e}"))),
-        _ => {
-            tracing::debug!("ROLE refused or unexpected (ACL?); role not checked");
-            Ok(())
-        }
-    }
-}
-
-/// An `allkeys-*` eviction policy may drop limiter state under memory pressure: a dropped
-/// counter starts again from zero and admits beyond the limit. `noeviction` is safe (writes are
-/// refused with `OOM`, classified `Unavailable`), `volatile-*` may still evict (every limiter
-/// key has a TTL) but only under pressure and nearest-expiry first. Where `CONFIG` is not
-/// permitted the check is skipped.
-async fn check_eviction_policy(conn: &Conn, strict: bool) -> Result<(), Attempt> {
-    let reply = conn
-        .send_packed_command(redis::cmd("CONFIG").arg("GET").arg("maxmemory-policy"))
-        .await;
-    let policy = match reply {
-        Ok(Value::Array(items)) | Ok(Value::Set(items)) if items.len() == 2 => match &items[1] {
-            Value::BulkString(b) => String::from_utf8_lossy(b).into_owned(),
-            _ => return Ok(()),
-        },
-        Ok(Value::Map(pairs)) => match pairs.first() {
-            Some((_, Value::BulkString(b))) => String::from_utf8_lossy(b).into_owned(),
-            _ => return Ok(()),
-        },
-        Err(e) if e.code().is_none() => {
-            return Err(Attempt::Down(format!("CONFIG GET maxmemory-policy: {e}")));
-        }
-        _ => {
-            tracing::info!("CONFIG GET refused or unexpected (ACL?); eviction policy not checked");
-            return Ok(());
-        }
-    };
-    if policy.starts_with("allkeys-") {
-        let why = format!(
-            "maxmemory-policy is {policy}: under memory pressure Redis evicts limiter state \
-             silently, counts restart from zero and requests are admitted beyond their limits; \
-             use noeviction (or volatile-ttl)"
-        );
-        if strict {
-            return Err(Attempt::Incompatible(format!(
-                "{why} (refused: strict_eviction_policy = true)"
-            )));
-        }
-        tracing::warn!("{why}");
-    }
-    Ok(())
-}
-
-/// `SCRIPT LOAD` of every program, so the first `EVALSHA` finds it. A server that forbids
-/// `SCRIPT` (ACL) is fine: `NOSCRIPT` then triggers `EVAL`. A server that answers another
-/// SHA1 than ours has hashed something else: unusable.
-async fn preload(conn: &Conn, scripts: &[Script]) -> Result<(), Attempt> {
-    for &(name, source, sha1) in scripts {
-        match conn
-            .send_packed_command(redis::cmd("SCRIPT").arg("LOAD").arg(source))
-            .await
-        {
-            Ok(Value::BulkString(sha)) if sha == sha1.as_bytes() => {}
-            Ok(Value::BulkString(sha)) => {
-                return Err(Attempt::Incompatible(format!(
-                    "{}: server hashed it to {}, this build to {}",
-                    name,
-                    String::from_utf8_lossy(&sha),
-                    sha1
-                )));
-            }
-            Ok(Value::ServerError(e)) => {
-                tracing::warn!(
-                    program = name,
-                    code = e.code(),
-                    "SCRIPT LOAD refused; relying on EVAL"
-                );
-            }
-            Ok(other) => {
-                return Err(Attempt::Incompatible(format!(
-                    "{}: SCRIPT LOAD answered {other:?}",
-                    name
-                )));
-            }
-            Err(e) if e.code().is_some() => {
-                tracing::warn!(program = name, error = %e, "SCRIPT LOAD refused; relying on EVAL");
-            }
-            Err(e) => return Err(Attempt::Down(format!("SCRIPT LOAD: {e}"))),
-        }
-    }
-    Ok(())
-}
-
 /// Keeps one slot connected for the provider's lifetime.
 async fn supervise(
     slot: Arc<Slot>,
     locate: Locate,
-    settings: RedisSettings,
     setup: Arc<Setup>,
     attempts: Arc<watch::Sender<usize>>,
 ) {
@@ -658,11 +372,11 @@ async fn supervise(
         let located = match &locate {
             Locate::Fixed(endpoint) => Ok(endpoint.clone()),
             // After a failure, only a sentinel answer given since may say where to go.
-            Locate::Sentinel(monitor) if first => monitor.master(settings.connect_timeout).await,
-            Locate::Sentinel(monitor) => monitor.fresh_master(settings.connect_timeout).await,
+            Locate::Sentinel(monitor) if first => monitor.master(setup.connect_timeout).await,
+            Locate::Sentinel(monitor) => monitor.fresh_master(setup.connect_timeout).await,
         };
         let opened = match located {
-            Ok(endpoint) => open(&endpoint, &settings, &setup)
+            Ok(endpoint) => open(&endpoint, &setup)
                 .await
                 .map(|opened| (endpoint, opened)),
             Err(reason) => Err(Attempt::Down(reason)),
@@ -703,7 +417,7 @@ async fn supervise(
                 tracing::error!(%reason, "redis server cannot run the programs");
                 slot.set(SlotState::Incompatible(reason.into()));
                 // Check again now and then: the server may be upgraded in place.
-                backoff = settings.reconnect_backoff_max.max(Duration::from_secs(5));
+                backoff = setup.reconnect_backoff_max.max(Duration::from_secs(5));
             }
             Err(Attempt::Down(reason)) => {
                 if was_up || first {
@@ -721,6 +435,6 @@ async fn supervise(
             first = false;
         }
         tokio::time::sleep(backoff).await;
-        backoff = (backoff * 2).min(settings.reconnect_backoff_max.max(min_backoff));
+        backoff = (backoff * 2).min(setup.reconnect_backoff_max.max(min_backoff));
     }
 }

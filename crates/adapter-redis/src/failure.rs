@@ -30,8 +30,10 @@
 //! | `NOPERM`, `NOAUTH`, `WRONGPASS` | `Incompatible(program)` | ACL forbids the program or its key |
 //! | `ERR` and unknown codes | `Incompatible(program)` | unknown command, script runtime error, version mismatch |
 
-use redis::{ErrorKind, RedisError};
+use redis::Value;
 use shared_contract::{IncompatibleCategory, UnavailableCategory};
+
+use crate::wire::WireError;
 
 /// How a failed command is reported.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,17 +60,24 @@ pub fn server_error(code: &str) -> Failure {
     }
 }
 
-/// The meaning of a driver error returned for a command that was dispatched.
-pub fn after_dispatch(error: &RedisError) -> Failure {
-    match error.kind() {
-        // An error reply from the server: it answered, so its code says what happened.
-        ErrorKind::Server(_) | ErrorKind::Extension => match error.code() {
-            Some(code) => server_error(code),
-            None => Failure::Indeterminate,
-        },
-        // Everything else (I/O, closed connection, unparsable reply, client-side errors raised
-        // after the command was queued) leaves the server's side unknown.
-        _ => Failure::Indeterminate,
+/// A reply value, or what it means when it is an error reply.
+pub(crate) fn of_reply(value: Value) -> Result<Value, Failure> {
+    match value {
+        Value::ServerError(e) => Err(server_error(e.code())),
+        value => Ok(value),
+    }
+}
+
+/// What a call that got no reply means: known not sent (the connection had already ended) is
+/// `Unavailable(connect)`; lost after it was queued (a reset, a closed connection, a reply
+/// that does not parse), `Indeterminate`.
+pub(crate) fn transport(e: &WireError) -> Failure {
+    match e {
+        WireError::NotSent(_) => Failure::Unavailable(UnavailableCategory::Connect),
+        WireError::Lost(_) => {
+            tracing::debug!(error = %e, "command failed after dispatch");
+            Failure::Indeterminate
+        }
     }
 }
 
@@ -113,14 +122,31 @@ mod tests {
 
     #[test]
     fn transport_errors_after_dispatch_are_indeterminate() {
-        let io = RedisError::from(std::io::Error::new(
-            std::io::ErrorKind::ConnectionReset,
+        for why in [
             "reset by peer",
-        ));
-        assert_eq!(after_dispatch(&io), Failure::Indeterminate);
-        let eof = RedisError::from(std::io::Error::from(std::io::ErrorKind::UnexpectedEof));
-        assert_eq!(after_dispatch(&eof), Failure::Indeterminate);
-        let parse = RedisError::from((ErrorKind::Parse, "garbled"));
-        assert_eq!(after_dispatch(&parse), Failure::Indeterminate);
+            "the server closed the connection",
+            "unreadable reply",
+        ] {
+            assert_eq!(
+                transport(&WireError::Lost(why.into())),
+                Failure::Indeterminate,
+                "{why}"
+            );
+        }
+        // Before dispatch nothing reached the server.
+        assert_eq!(
+            transport(&WireError::NotSent("closed".into())),
+            Failure::Unavailable(UnavailableCategory::Connect)
+        );
+    }
+
+    #[test]
+    fn error_replies_are_failures_and_other_replies_values() {
+        let moved = redis::parse_redis_value(b"-MOVED 1 127.0.0.1:7001\r\n").expect("error reply");
+        assert_eq!(
+            of_reply(moved),
+            Err(Failure::Unavailable(UnavailableCategory::Server))
+        );
+        assert_eq!(of_reply(Value::Int(1)), Ok(Value::Int(1)));
     }
 }

@@ -12,13 +12,13 @@
 //! - No raw subject, principal, IP, API key or route ever appears: the subject is already an
 //!   HMAC digest when it reaches the port, and the key only holds hashes of it.
 //!
-//! ## Against seed 004's `capability=rate / region=<policyId> / kind=state / digest(...)`
+//! ## Why not the policy id as the hash tag
 //!
-//! The seed's canonical builder puts the policy id in the key (its "region"), which makes a
-//! cluster hash tag of `<policyId>` the natural choice there. That places *every* subject of
-//! a policy in one slot: one shard would carry the whole policy's traffic, and a subject's keys
-//! for two policies would sit on different shards, so a multi-policy check could never be one
-//! atomic script. Tagging by subject gives the opposite, wanted, distribution. The policy id
+//! A layout of the form `capability=rate / region=<policyId> / kind=state / digest(...)` puts
+//! the policy id in the key, which makes a cluster hash tag of `<policyId>` the natural
+//! choice. That places *every* subject of a policy in one slot: one shard would carry the
+//! whole policy's traffic, and a subject's keys for two policies would sit on different
+//! shards, so a multi-policy check could never be one atomic script. Tagging by subject gives the opposite, wanted, distribution. The policy id
 //! still goes into the digest (not in clear text): keys stay short (25 bytes with the default
 //! prefix, which matters at millions of keys) and reveal nothing but the prefix.
 

@@ -7,20 +7,32 @@
 //! builds their keys and arguments, parses their seven-field reply strictly, and classifies
 //! every failure by what is known about the state:
 //!
-//! | concern | module |
-//! | --- | --- |
-//! | physical keys (`<prefix>:{tag}digest`, no raw subject) | [`keys`] |
-//! | program manifests, embedded sources, arguments | [`programs`] |
-//! | the strict reply parser (pure) | [`reply`] |
-//! | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
-//! | the start-up check of the ACL user's permissions | [`acl`] |
-//! | settings, topology, every rule about them (field-named problems) | [`settings`] |
-//! | the port | [`provider`] |
-//! | supervised connections to one node | `connection` |
-//! | the multiplexed RESP2 connection itself (encoding, reply parser, at-most-once calls) | `wire` |
-//! | topologies (standalone, Sentinel, Cluster) and running a program | `pool`, `sentinel`, `cluster` |
-//! | the crate's error type | [`error`] |
-//! | the event-gate provider (second port) | [`gate`] |
+//! The modules form layers that read bottom-up: each imports only from the layers below it
+//! (a tidy test of the workspace computes the imports and fails on a cycle).
+//!
+//! | layer | concern | module |
+//! | --- | --- | --- |
+//! | leaves | the crate's error type, field-named settings problems | [`error`] |
+//! | | the command catalogue (every command sent, as ACL rules name it) | [`commands`] |
+//! | | the RESP2 codec: encoding commands, parsing replies (pure) | `resp` |
+//! | | the strict reply parser of the rate-limit programs (pure) | [`reply`] |
+//! | | what the background tasks share (handles, the last error) | `background` |
+//! | programs | one [`script::Script`] type for every embedded Lua program | [`script`] |
+//! | | the rate-limit programs and their arguments | [`programs`] |
+//! | | physical keys (`<prefix>:{tag}digest`, no raw subject) | [`keys`] |
+//! | one connection | the multiplexed connection: buffer, writer, reader, at-most-once calls | `wire` |
+//! | | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
+//! | | TLS for `rediss://` | [`tls`] |
+//! | | dialing one node (TCP, TLS, handshake) within a timeout | `dial` |
+//! | settings | settings, topology, every rule about them, URL resolution | [`settings`] |
+//! | checks | a new connection's server checks (version, role, eviction, preload) | `checks` |
+//! | | the ACL user's permissions, for the program lists it is given | [`acl`] |
+//! | topology | Sentinel: which node is the master now | `sentinel` |
+//! | | supervised connections to one node | `connection` |
+//! | | Redis Cluster: the slot map and a node set per master | `cluster` |
+//! | | the connections of one provider, and running a program on them | `pool` |
+//! | ports | the rate-limit provider | [`provider`] |
+//! | | the event-gate provider (second port) | [`gate`] |
 //!
 //! The provider connects in the background (an unreachable server is `Unavailable(connect)`
 //! until it answers, never a start-up failure), multiplexes every request on one pipelined
@@ -34,8 +46,12 @@
 //! | (none) | | `redis://` and `rediss://` (TLS, mutual TLS); standalone, Sentinel and Cluster topologies |
 
 pub mod acl;
+mod background;
+mod checks;
 mod cluster;
+pub mod commands;
 mod connection;
+mod dial;
 pub mod error;
 pub mod failure;
 pub mod gate;
@@ -44,6 +60,8 @@ mod pool;
 pub mod programs;
 pub mod provider;
 pub mod reply;
+mod resp;
+pub mod script;
 mod sentinel;
 pub mod settings;
 pub mod tls;

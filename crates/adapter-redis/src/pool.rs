@@ -18,26 +18,28 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use redis::{Cmd, RedisResult, Value};
-use shared_contract::{IncompatibleCategory, Readiness, UnavailableCategory};
+use redis::{Cmd, Value};
+use shared_contract::{Deadline, IncompatibleCategory, Readiness, UnavailableCategory};
+use tokio::sync::{Semaphore, SemaphorePermit};
 use tokio::time::Instant;
 
+use crate::acl::Needs;
+
+use crate::background::Tasks;
 use crate::cluster::Cluster;
-use crate::connection::{Link, Locate, NodeSet, Pick, Setup, Tasks};
+use crate::connection::{Link, Locate, NodeSet, Pick, Setup};
 use crate::failure::{self, Failure};
+use crate::script::{Script, ScriptArgs};
 use crate::sentinel::SentinelMonitor;
 use crate::settings::{RedisSettings, Resolved};
 use crate::wire::WireError;
-
-/// Writes one program call (`EVALSHA sha1 ...` or `EVAL source ...`) as RESP: given the
-/// output buffer, the verb and the SHA1 or source.
-pub(crate) type Encode<'a> = &'a (dyn Fn(&mut Vec<u8>, &str, &str) + Sync);
 
 /// Redirects followed for one call (a slot moves at most once in a call's lifetime; the
 /// second hop covers an `ASK` during a migration that a `MOVED` led to).
 const MAX_REDIRECTS: usize = 2;
 
-enum Topology {
+/// The masters calls go to, by topology.
+enum Masters {
     /// Standalone, or Sentinel (the node set follows the monitor).
     Single {
         nodes: NodeSet,
@@ -48,19 +50,21 @@ enum Topology {
 
 /// The supervised connections of one provider (rate limits or event gates).
 pub(crate) struct Pool {
-    topology: Topology,
+    masters: Masters,
     /// `WAIT <replicas> <ms>` after each program, when `min_replicas_ack` is set.
     wait: Option<(u32, u64)>,
+    /// The `max_in_flight` bound.
+    admission: Semaphore,
     _tasks: Tasks,
 }
 
 /// A program's reply and, with `min_replicas_ack`, how many replicas acknowledged it.
-pub(crate) struct Reply {
+pub(crate) struct ScriptReply {
     pub(crate) value: Value,
     pub(crate) replicas_acked: Option<u64>,
 }
 
-impl Reply {
+impl ScriptReply {
     /// Whether the writes of this call reached the replicas `min_replicas_ack` asks for
     /// (always true when it is off).
     pub(crate) fn durable(&self, wanted: u32) -> bool {
@@ -71,10 +75,16 @@ impl Reply {
 
 impl Pool {
     /// Starts the connections to the `resolved` topology of `settings` (and the Sentinel
-    /// monitor or the cluster map), and waits at most about `connect_timeout` for the first
-    /// attempts. An unreachable server is not an error.
-    pub(crate) async fn start(settings: &RedisSettings, resolved: Resolved, setup: Setup) -> Self {
-        let setup = Arc::new(setup);
+    /// monitor or the cluster map), each preloaded with `scripts` and checked for what the
+    /// ACL user `needs`, and waits at most about `connect_timeout` for the first attempts. An
+    /// unreachable server is not an error.
+    pub(crate) async fn start(
+        settings: &RedisSettings,
+        resolved: Resolved,
+        scripts: Vec<&'static Script>,
+        needs: Needs,
+    ) -> Self {
+        let setup = Arc::new(Setup::new(settings, scripts, needs));
         let wait = (settings.min_replicas_ack > 0).then(|| {
             let ms = (settings.command_timeout / 2).as_millis().max(1);
             (
@@ -83,12 +93,12 @@ impl Pool {
             )
         });
         let settle = settings.connect_timeout + Duration::from_millis(100);
-        let (topology, tasks) = match resolved {
+        let (masters, tasks) = match resolved {
             Resolved::Standalone(endpoint) => {
-                let nodes = NodeSet::start(Locate::Fixed(Arc::new(endpoint)), settings, setup);
+                let nodes = NodeSet::start(Locate::Fixed(Arc::new(endpoint)), setup);
                 let _ = tokio::time::timeout(settle, nodes.settled()).await;
                 (
-                    Topology::Single {
+                    Masters::Single {
                         nodes,
                         monitor: None,
                     },
@@ -100,12 +110,16 @@ impl Pool {
                 sentinels,
                 access,
             } => {
-                let (monitor, task) =
-                    SentinelMonitor::start(master_name, sentinels, access, settings);
-                let nodes = NodeSet::start(Locate::Sentinel(monitor.clone()), settings, setup);
+                let (monitor, task) = SentinelMonitor::start(
+                    master_name,
+                    sentinels,
+                    access,
+                    settings.connect_timeout,
+                );
+                let nodes = NodeSet::start(Locate::Sentinel(monitor.clone()), setup);
                 let _ = tokio::time::timeout(settle, nodes.settled()).await;
                 (
-                    Topology::Single {
+                    Masters::Single {
                         nodes,
                         monitor: Some(monitor),
                     },
@@ -114,90 +128,101 @@ impl Pool {
             }
             Resolved::Cluster { seeds, access } => {
                 let seeds = seeds.into_iter().map(Arc::new).collect();
-                let (cluster, task) = Cluster::start(seeds, access, settings, setup).await;
-                (Topology::Cluster(cluster), vec![task])
+                let (cluster, task) = Cluster::start(seeds, access, setup).await;
+                (Masters::Cluster(cluster), vec![task])
             }
         };
         Self {
-            topology,
+            masters,
             wait,
+            admission: Semaphore::new(settings.max_in_flight),
             _tasks: Tasks(tasks),
         }
     }
 
+    /// Admits one call that must be answered within `timeout` before `deadline`: the permit
+    /// holds its place under `max_in_flight` until dropped. Nothing is sent either way.
+    ///
+    /// # Errors
+    /// `Deadline` when the caller would give up before the command timeout (the provider
+    /// does not start a command it may have to abandon), `Admission` when `max_in_flight`
+    /// calls are already in flight.
+    pub(crate) fn admit(
+        &self,
+        deadline: Deadline,
+        timeout: Duration,
+    ) -> Result<SemaphorePermit<'_>, UnavailableCategory> {
+        if deadline.remaining_from(std::time::Instant::now()) < timeout {
+            return Err(UnavailableCategory::Deadline);
+        }
+        self.admission
+            .try_acquire()
+            .map_err(|_| UnavailableCategory::Admission)
+    }
+
     /// A live connection for a call on `slot` (the slot matters only on a cluster).
     pub(crate) fn pick(&self, slot: u16) -> Pick {
-        match &self.topology {
-            Topology::Single { nodes, .. } => nodes.pick(),
-            Topology::Cluster(cluster) => cluster.pick(slot),
+        match &self.masters {
+            Masters::Single { nodes, .. } => nodes.pick(),
+            Masters::Cluster(cluster) => cluster.pick(slot),
         }
     }
 
     /// `Ready` when a call can be made now (on a cluster: on every slot).
     pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
-        match &self.topology {
-            Topology::Single { nodes, .. } => nodes.readiness(timeout).await,
-            Topology::Cluster(cluster) => cluster.readiness(timeout).await,
+        match &self.masters {
+            Masters::Single { nodes, .. } => nodes.readiness(timeout).await,
+            Masters::Cluster(cluster) => cluster.readiness(timeout).await,
         }
     }
 
     /// The topology may have changed: ask Sentinel or the cluster again soon.
     fn hint(&self) {
-        match &self.topology {
-            Topology::Single {
+        match &self.masters {
+            Masters::Single {
                 monitor: Some(m), ..
             } => m.nudge(),
-            Topology::Single { monitor: None, .. } => {}
-            Topology::Cluster(cluster) => cluster.hint(),
+            Masters::Single { monitor: None, .. } => {}
+            Masters::Cluster(cluster) => cluster.hint(),
         }
     }
 
     fn link_to(&self, host: &str, port: u16) -> Option<Arc<Link>> {
-        match &self.topology {
-            Topology::Cluster(cluster) => cluster.link_to(host, port),
+        match &self.masters {
+            Masters::Cluster(cluster) => cluster.link_to(host, port),
             // A standalone or Sentinel master is not a cluster node: nothing to follow.
-            Topology::Single { .. } => None,
+            Masters::Single { .. } => None,
         }
     }
 
-    /// Runs `script` on the master of `slot` within `timeout`; `encode(out, verb,
-    /// sha1_or_source)` writes the `EVALSHA`/`EVAL` command. See the module docs for what is
-    /// sent again.
+    /// Runs `script` with `args` on the master of `slot` within `timeout`. See the module
+    /// docs for what is sent again. With `min_replicas_ack`, only a reply for which
+    /// [`ScriptArgs::needs_ack`] holds waits for the replicas.
     ///
     /// # Errors
     /// What the failure means for the state ([`Failure`]); never `NoScript`.
-    /// With `min_replicas_ack`, only a reply for which `needs_ack` holds waits for the
-    /// replicas (a denial wrote nothing worth waiting for).
     pub(crate) async fn run_script(
         &self,
-        script: (&str, &str, &str),
+        script: &Script,
         slot: u16,
-        encode: Encode<'_>,
-        needs_ack: &(dyn Fn(&Value) -> bool + Sync),
+        args: &dyn ScriptArgs,
         timeout: Duration,
-    ) -> Result<Reply, Failure> {
-        let (name, source, sha1) = script;
+    ) -> Result<ScriptReply, Failure> {
         let mut link = self.link(slot)?;
         let deadline = Instant::now() + timeout;
         let mut eval = false;
         let mut asking = false;
         let mut redirects = 0;
         loop {
-            let (verb, body) = if eval {
-                ("EVAL", source)
-            } else {
-                ("EVALSHA", sha1)
-            };
-            let write = |out: &mut Vec<u8>| encode(out, verb, body);
             let sent =
-                tokio::time::timeout_at(deadline, self.send(&link, &write, asking, needs_ack))
+                tokio::time::timeout_at(deadline, self.send(&link, script, eval, args, asking))
                     .await;
             let (first, replicas_acked) = match sent {
                 Err(_elapsed) => {
                     link.timed_out();
                     return Err(Failure::Indeterminate);
                 }
-                Ok(Err(e)) => return Err(wire_failure(&e)),
+                Ok(Err(e)) => return Err(failure::transport(&e)),
                 Ok(Ok(values)) => {
                     link.replied();
                     values
@@ -228,16 +253,16 @@ impl Pool {
                     _ => {}
                 }
             }
-            match classify(Ok(first)) {
+            match failure::of_reply(first) {
                 Ok(value) => {
-                    return Ok(Reply {
+                    return Ok(ScriptReply {
                         value,
                         replicas_acked,
                     });
                 }
                 Err(Failure::NoScript) if !eval => {
                     tracing::info!(
-                        program = name,
+                        program = script.name,
                         "NOSCRIPT: sending the exact source with EVAL"
                     );
                     eval = true;
@@ -251,16 +276,18 @@ impl Pool {
         }
     }
 
-    /// Sends what `write` encodes on `link` (preceded by `ASKING` in the same write when
+    /// Sends one call of `script` on `link` (preceded by `ASKING` in the same write when
     /// asked); the program's reply and, with `min_replicas_ack`, how many replicas
     /// acknowledged it.
     async fn send(
         &self,
         link: &Link,
-        write: &(dyn Fn(&mut Vec<u8>) + Sync),
+        script: &Script,
+        eval: bool,
+        args: &dyn ScriptArgs,
         asking: bool,
-        needs_ack: &(dyn Fn(&Value) -> bool + Sync),
     ) -> Result<(Value, Option<u64>), WireError> {
+        let write = |out: &mut Vec<u8>| script.write_call(out, eval, args);
         let value = if asking {
             link.conn
                 .call(
@@ -277,7 +304,7 @@ impl Pool {
         let acked = match self.wait {
             // An error reply wrote nothing to wait for.
             Some((replicas, ms))
-                if !matches!(value, Value::ServerError(_)) && needs_ack(&value) =>
+                if !matches!(value, Value::ServerError(_)) && args.needs_ack(&value) =>
             {
                 Some(link.replicas_acked(replicas, ms).await)
             }
@@ -304,7 +331,7 @@ impl Pool {
                 link.timed_out();
                 Err(Failure::Indeterminate)
             }
-            Ok(Err(e)) => Err(wire_failure(&e)),
+            Ok(Err(e)) => Err(failure::transport(&e)),
             Ok(Ok(value)) => {
                 link.replied();
                 if let Value::ServerError(e) = &value {
@@ -317,7 +344,7 @@ impl Pool {
                         _ => {}
                     }
                 }
-                classify(Ok(value))
+                failure::of_reply(value)
             }
         }
     }
@@ -343,37 +370,6 @@ fn redirect_target(details: &str) -> Option<(&str, u16)> {
     Some((host, port.parse().ok()?))
 }
 
-/// A reply value, or what its failure means. Error replies arrive either as `Err` or inside
-/// `Ok(Value::ServerError)` depending on the driver path; both are classified alike.
-pub(crate) fn classify(result: RedisResult<Value>) -> Result<Value, Failure> {
-    match result {
-        Ok(Value::ServerError(e)) => Err(failure::server_error(e.code())),
-        Ok(value) => Ok(value),
-        Err(e) => Err(dispatch_failure(&e)),
-    }
-}
-
-/// What a call that got no reply means: known not sent (the connection had already ended) is
-/// `Unavailable(connect)`; lost after it was queued, `Indeterminate`.
-fn wire_failure(e: &WireError) -> Failure {
-    match e {
-        WireError::NotSent(_) => Failure::Unavailable(UnavailableCategory::Connect),
-        WireError::Lost(_) => {
-            tracing::debug!(error = %e, "command failed after dispatch");
-            Failure::Indeterminate
-        }
-    }
-}
-
-/// What a driver error for a dispatched command means.
-fn dispatch_failure(e: &redis::RedisError) -> Failure {
-    let f = failure::after_dispatch(e);
-    if f == Failure::Indeterminate {
-        tracing::debug!(error = %e, "command failed after dispatch");
-    }
-    f
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -392,7 +388,7 @@ mod tests {
 
     #[test]
     fn durability_needs_the_asked_replicas() {
-        let reply = |acked| Reply {
+        let reply = |acked| ScriptReply {
             value: Value::Nil,
             replicas_acked: acked,
         };

@@ -1,16 +1,15 @@
-//! The Lua programs: one manifest per program (name, version, SHA1, key type, minimum Redis
-//! version), the exact source embedded at compile time, and the arguments each policy sends.
+//! The rate-limit Lua programs: one manifest per program (its [`Script`], version, algorithm,
+//! key type), the exact source embedded at compile time, and the arguments each policy sends.
 //!
 //! Programs run with `EVALSHA` of the SHA1 computed once from the embedded source; on
 //! `NOSCRIPT` the provider sends `EVAL` of that same source (which also caches it again) and
 //! goes back to `EVALSHA`. The calling convention (KEYS, ARGV order, the seven-field reply)
 //! is `docs/lua-programs.md`; [`arguments`] is its Rust side.
 
-use std::sync::LazyLock;
-
 use shared_contract::{Algorithm, AlgorithmKind, RateLimitPolicy};
 
-use crate::acl::{self, Command};
+use crate::commands;
+use crate::script::{Script, embedded};
 
 /// The Redis type of a program's state key (what `TYPE key` answers once state exists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -28,82 +27,26 @@ impl KeyType {
     }
 }
 
-/// One program and what is known about it.
+/// One rate-limit program: the embedded [`Script`] and what the provider knows about its
+/// state.
 #[derive(Debug)]
 pub struct Program {
-    /// File name in `lua/`, e.g. `rate-token-bucket-v1.lua`.
-    pub name: &'static str,
+    /// The program itself: `lua/<name>`, its SHA1 and the commands it calls.
+    pub script: Script,
     /// The version in the name; state written by another version is incompatible.
     pub version: u32,
     pub algorithm: AlgorithmKind,
     pub key_type: KeyType,
-    /// Oldest Redis the program runs on (`major`, `minor`).
-    pub min_redis_version: (u32, u32),
-    /// Every Redis command the source calls, as ACL rules name it: what the start-up ACL
-    /// check asks for (a test in [`crate::acl`] holds this to the source).
-    pub commands: &'static [&'static Command],
-    /// The exact source sent with `EVAL` and hashed for `EVALSHA`.
-    pub source: &'static str,
-    sha1: LazyLock<String>,
-}
-
-impl Program {
-    /// Lowercase hex SHA1 of [`Self::source`], as `SCRIPT LOAD` answers it.
-    pub fn sha1(&self) -> &str {
-        &self.sha1
-    }
-
-    /// The variant used by the differential tests only: the marked `TIME` block replaced by
-    /// `local now = tonumber(ARGV[#ARGV])`, so `now` comes from one extra trailing argument.
-    /// Nothing else differs, so those tests exercise the production body.
-    ///
-    /// # Errors
-    /// A description of the problem when the source lacks exactly one well-formed
-    /// `-- @time-source begin` / `-- @time-source end` block.
-    pub fn test_variant(&self) -> Result<String, String> {
-        time_test_variant(self.name, self.source)
-    }
-}
-
-/// The test variant of any program's source: its one marked `TIME` block replaced by
-/// `local now = tonumber(ARGV[#ARGV])` (shared by the rate-limit and the event-gate programs).
-///
-/// # Errors
-/// A description of the problem when `source` lacks exactly one well-formed
-/// `-- @time-source begin` / `-- @time-source end` block.
-pub fn time_test_variant(name: &str, source: &str) -> Result<String, String> {
-    const BEGIN: &str = "-- @time-source begin";
-    const END: &str = "-- @time-source end";
-    let (Some(b), Some(e)) = (source.find(BEGIN), source.find(END)) else {
-        return Err(format!("{name}: no @time-source block"));
-    };
-    if source.matches(BEGIN).count() != 1 || source.matches(END).count() != 1 || e < b {
-        return Err(format!("{name}: malformed @time-source block"));
-    }
-    let end = e + END.len();
-    Ok(format!(
-        "{}local now = tonumber(ARGV[#ARGV]){}",
-        &source[..b],
-        &source[end..]
-    ))
 }
 
 macro_rules! program {
     ($file:literal, $kind:expr, $key_type:expr) => {
         Program {
-            name: $file,
+            // Every rate-limit program reads the clock, reads its key and writes it back.
+            script: embedded!($file, &[&commands::TIME, &commands::GET, &commands::SET]),
             version: 1,
             algorithm: $kind,
             key_type: $key_type,
-            min_redis_version: (7, 0),
-            // Every rate-limit program reads the clock, reads its key and writes it back.
-            commands: &[&acl::TIME, &acl::GET, &acl::SET],
-            source: include_str!(concat!("../../../lua/", $file)),
-            sha1: LazyLock::new(|| {
-                sha1_smol::Sha1::from(include_str!(concat!("../../../lua/", $file)))
-                    .digest()
-                    .to_string()
-            }),
         }
     };
 }
@@ -132,6 +75,11 @@ pub static PROGRAMS: [Program; 5] = [
         KeyType::String
     ),
 ];
+
+/// Every program's script, as a provider preloads them and the ACL check covers them.
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    PROGRAMS.iter().map(|p| &p.script).collect()
+}
 
 /// The program of an algorithm.
 pub fn program(kind: AlgorithmKind) -> &'static Program {
@@ -182,32 +130,41 @@ mod tests {
     #[test]
     fn manifests_match_the_files() {
         for p in &PROGRAMS {
-            assert!(p.name.starts_with("rate-") && p.name.ends_with("-v1.lua"));
+            let s = &p.script;
+            assert!(s.name.starts_with("rate-") && s.name.ends_with("-v1.lua"));
             assert_eq!(p.version, 1);
-            assert_eq!(p.sha1().len(), 40);
-            assert!(p.sha1().bytes().all(|b| b.is_ascii_hexdigit()));
+            assert_eq!(s.sha1().len(), 40);
+            assert!(s.sha1().bytes().all(|b| b.is_ascii_hexdigit()));
             // One TIME call, inside the marked block.
             assert_eq!(
-                p.source.matches("redis.call('TIME')").count(),
+                s.source.matches("redis.call('TIME')").count(),
                 1,
                 "{}",
-                p.name
+                s.name
             );
-            assert!(p.test_variant().is_ok(), "{}", p.name);
+            assert!(s.reads_time(), "{}", s.name);
+            assert!(s.test_variant().is_ok(), "{}", s.name);
             // The header block documents the state's Redis type; the manifest must agree.
             let declared = format!("-- State: one {}", p.key_type.as_str());
-            assert!(p.source.contains(&declared), "{}: {declared:?}", p.name);
+            assert!(s.source.contains(&declared), "{}: {declared:?}", s.name);
             assert!(
-                p.source.starts_with(&format!("-- {}", p.name)),
+                s.source.starts_with(&format!("-- {}", s.name)),
                 "{}",
-                p.name
+                s.name
             );
         }
     }
 
     #[test]
+    fn every_manifest_declares_exactly_the_commands_its_source_calls() {
+        for p in &PROGRAMS {
+            crate::script::tests::assert_declares_its_calls(&p.script);
+        }
+    }
+
+    #[test]
     fn test_variant_differs_only_in_the_time_block() {
-        let p = program(AlgorithmKind::TokenBucket);
+        let p = &program(AlgorithmKind::TokenBucket).script;
         let t = p.test_variant().expect("a time block");
         assert!(!t.contains("redis.call('TIME')"));
         assert!(t.contains("local now = tonumber(ARGV[#ARGV])"));

@@ -3,11 +3,11 @@
 //! ## Connections
 //!
 //! The provider holds `connections` multiplexed connections (default 1) to each master it
-//! uses (see [`crate::pool`] for the topologies): every request is pipelined on one socket
+//! uses (see `pool` for the topologies): every request is pipelined on one socket
 //! with the others in flight, so there is no per-call connection setup and no pool checkout.
 //! Supervisor tasks connect (with `connect_timeout`), check the server (Redis >= 7.0, a
 //! master, its eviction policy), preload the programs with `SCRIPT LOAD`, and replace a
-//! connection at once when it ends, is stuck or stops being the master ([`crate::connection`]).
+//! connection at once when it ends, is stuck or stops being the master (`connection`).
 //!
 //! [`RedisProvider::connect`] never fails because the server is unreachable: it waits at most
 //! about `connect_timeout` for the first connection and returns either way. Until a connection
@@ -34,36 +34,36 @@
 //!
 //! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
 //! 2>`, shared by every call whose reply arrived on the same connection meanwhile (group
-//! commit: one `WAIT` covers all writes its connection made before it). An allow whose writes fewer than `n` replicas acknowledged is reported
-//! `Indeterminate` (it consumed quota on the master, but a failover now could lose that, and
-//! an allow that may be forgotten is exactly the over-admission this setting exists to
-//! prevent). A denial consumed nothing, so it stands, and does not wait for the replicas.
+//! commit: one `WAIT` covers all writes its connection made before it). An allow whose
+//! writes fewer than `n` replicas acknowledged is reported `Indeterminate` (it consumed quota
+//! on the master, but a failover now could lose that, and an allow that may be forgotten is
+//! exactly the over-admission this setting exists to prevent). A denial consumed nothing, so
+//! it stands, and does not wait for the replicas.
 
 use std::collections::HashMap;
 use std::fmt;
-use std::sync::Arc;
-use std::time::Instant;
 
+use redis::Value;
 use shared_contract::{
     EdgeRateLimitPort, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
     Readiness, RequestError, UnavailableCategory,
 };
-use tokio::sync::Semaphore;
 
-use crate::connection::{Script, Setup};
+use crate::acl::Needs;
 use crate::error::Error;
 use crate::failure::Failure;
 use crate::keys::{PolicyKeys, hash_slot};
 use crate::pool::Pool;
-use crate::programs;
+use crate::programs::{self, Program};
 use crate::reply;
+use crate::resp;
+use crate::script::ScriptArgs;
 use crate::settings::RedisSettings;
-use crate::wire;
 
 /// Everything one policy needs per request, computed once.
 #[derive(Debug)]
 struct Plan {
-    program: &'static programs::Program,
+    program: &'static Program,
     keys: PolicyKeys,
     /// How many arguments follow the key (`ARGV[1]` the cost, then `ARGV[2..]`).
     argc: usize,
@@ -72,74 +72,60 @@ struct Plan {
 }
 
 impl Plan {
-    /// Writes `verb script 1 key cost args...` as RESP straight into the connection's
-    /// buffer: no command object and no copy per call.
-    fn encode(&self, out: &mut Vec<u8>, verb: &str, script: &str, key: &str, cost: u64) {
-        wire::write_array(out, 4 + self.argc);
-        wire::write_bulk(out, verb.as_bytes());
-        wire::write_bulk(out, script.as_bytes());
+    fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
+        let args = programs::arguments(policy);
+        let mut args_resp = Vec::new();
+        for a in &args {
+            resp::write_bulk_u64(&mut args_resp, *a);
+        }
+        Ok(Self {
+            program: programs::program(policy.kind()),
+            keys: PolicyKeys::new(prefix, policy)?,
+            argc: 1 + args.len(),
+            args_resp,
+        })
+    }
+}
+
+/// One evaluation's program call: `1 key cost args...` after `EVALSHA sha1`.
+struct Evaluation<'a> {
+    plan: &'a Plan,
+    key: &'a str,
+    cost: u64,
+}
+
+impl ScriptArgs for Evaluation<'_> {
+    fn count(&self) -> usize {
+        2 + self.plan.argc
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"$1\r\n1\r\n");
-        wire::write_bulk(out, key.as_bytes());
-        wire::write_bulk_u64(out, cost);
-        out.extend_from_slice(&self.args_resp);
-    }
-}
-
-struct Shared {
-    settings: RedisSettings,
-    policies: PolicySet,
-    plans: HashMap<PolicyId, Plan>,
-    pool: Pool,
-    admission: Semaphore,
-}
-
-/// The rate-limit programs, as [`Pool::start`] preloads them.
-fn rate_scripts() -> Arc<[Script]> {
-    programs::PROGRAMS
-        .iter()
-        .map(|p| (p.name, p.source, p.sha1()))
-        .collect()
-}
-
-impl Shared {
-    fn unavailable(
-        &self,
-        policy: &RateLimitPolicy,
-        category: UnavailableCategory,
-    ) -> RateLimitOutcome {
-        RateLimitOutcome::Unavailable {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.retry_after_ms(),
-            category,
-        }
+        resp::write_bulk(out, self.key.as_bytes());
+        resp::write_bulk_u64(out, self.cost);
+        out.extend_from_slice(&self.plan.args_resp);
     }
 
-    fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
-        RateLimitOutcome::Indeterminate {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.retry_after_ms(),
-        }
-    }
-
-    fn retry_after_ms(&self) -> u64 {
-        self.settings
-            .retry_after
-            .as_millis()
-            .min(u128::from(u64::MAX)) as u64
+    /// Only an allow consumed quota; a denial wrote nothing worth waiting for.
+    fn needs_ack(&self, reply: &Value) -> bool {
+        reply::is_allowed(reply)
     }
 }
 
 /// The Redis provider of [`EdgeRateLimitPort`]: decisions are `global_redis`, one answer
 /// across every instance that shares the server.
 pub struct RedisProvider {
-    shared: Arc<Shared>,
+    settings: RedisSettings,
+    policies: PolicySet,
+    plans: HashMap<PolicyId, Plan>,
+    pool: Pool,
 }
 
 impl fmt::Debug for RedisProvider {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RedisProvider")
-            .field("settings", &self.shared.settings)
-            .field("policies", &self.shared.plans.len())
+            .field("settings", &self.settings)
+            .field("policies", &self.plans.len())
             .finish_non_exhaustive()
     }
 }
@@ -153,51 +139,28 @@ impl RedisProvider {
     /// Must be called inside a Tokio runtime (the supervisors are tasks of it).
     ///
     /// # Errors
-    /// [`Error`] naming the bad setting (timeouts, bounds, key prefix, URLs, topology).
+    /// [`Error::Settings`] naming every bad setting (timeouts, bounds, key prefix, URLs,
+    /// topology, TLS files, credentials).
     pub async fn connect(settings: RedisSettings, policies: PolicySet) -> Result<Self, Error> {
         let resolved = settings.resolve().map_err(Error::Settings)?;
-        let mut plans = HashMap::new();
-        for policy in policies.iter() {
-            let program = programs::program(policy.kind());
-            let args = programs::arguments(policy);
-            let mut args_resp = Vec::new();
-            for a in &args {
-                wire::write_bulk_u64(&mut args_resp, *a);
-            }
-            plans.insert(
-                policy.id().clone(),
-                Plan {
-                    program,
-                    keys: PolicyKeys::new(&settings.key_prefix, policy)?,
-                    argc: 1 + args.len(),
-                    args_resp,
-                },
-            );
-        }
-        let pool = Pool::start(
-            &settings,
-            resolved,
-            Setup {
-                scripts: rate_scripts(),
-                acl: Arc::new(
-                    crate::acl::Needs::rate(&settings.key_prefix).for_settings(&settings),
-                ),
-            },
-        )
-        .await;
-        let shared = Arc::new(Shared {
-            admission: Semaphore::new(settings.max_in_flight),
+        let plans = policies
+            .iter()
+            .map(|p| Ok((p.id().clone(), Plan::new(&settings.key_prefix, p)?)))
+            .collect::<Result<HashMap<_, _>, Error>>()?;
+        let scripts = programs::scripts();
+        let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
+        let pool = Pool::start(&settings, resolved, scripts, needs).await;
+        Ok(Self {
             settings,
             policies,
             plans,
             pool,
-        });
-        Ok(Self { shared })
+        })
     }
 
     /// The settings this provider runs with.
     pub fn settings(&self) -> &RedisSettings {
-        &self.shared.settings
+        &self.settings
     }
 
     /// The physical key of `subject` under `policy` (for tests and operators; never logged).
@@ -206,10 +169,26 @@ impl RedisProvider {
         policy: &PolicyId,
         subject: &shared_contract::SubjectDigest,
     ) -> Option<String> {
-        self.shared
-            .plans
-            .get(policy)
-            .map(|p| p.keys.state_key(subject))
+        self.plans.get(policy).map(|p| p.keys.state_key(subject))
+    }
+
+    fn unavailable(
+        &self,
+        policy: &RateLimitPolicy,
+        category: UnavailableCategory,
+    ) -> RateLimitOutcome {
+        RateLimitOutcome::Unavailable {
+            policy_id: policy.id().clone(),
+            retry_after_ms: self.settings.retry_after_ms(),
+            category,
+        }
+    }
+
+    fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
+        RateLimitOutcome::Indeterminate {
+            policy_id: policy.id().clone(),
+            retry_after_ms: self.settings.retry_after_ms(),
+        }
     }
 }
 
@@ -219,39 +198,31 @@ impl EdgeRateLimitPort for RedisProvider {
         if request.evaluation_id.is_some() {
             return Err(RequestError::EvaluationIdUnsupported);
         }
-        let shared = &self.shared;
-        let policy = shared.policies.admit(&request)?;
-        let Some(plan) = shared.plans.get(policy.id()) else {
+        let policy = self.policies.admit(&request)?;
+        let Some(plan) = self.plans.get(policy.id()) else {
             // Every policy of the set has a plan (built in `connect`); this is unreachable.
             return Err(RequestError::UnknownPolicy(policy.id().clone()));
         };
-        let timeout = shared.settings.command_timeout;
-        if request.deadline.remaining_from(Instant::now()) < timeout {
-            return Ok(shared.unavailable(policy, UnavailableCategory::Deadline));
-        }
-        let Ok(_permit) = shared.admission.try_acquire() else {
-            return Ok(shared.unavailable(policy, UnavailableCategory::Admission));
+        let timeout = self.settings.command_timeout;
+        let _permit = match self.pool.admit(request.deadline, timeout) {
+            Ok(permit) => permit,
+            Err(category) => return Ok(self.unavailable(policy, category)),
         };
         let key = plan.keys.state_key(&request.subject);
-        let cost = request.cost.get();
-        let encode = |out: &mut Vec<u8>, verb: &str, script: &str| {
-            plan.encode(out, verb, script, &key, cost)
+        let call = Evaluation {
+            plan,
+            key: &key,
+            cost: request.cost.get(),
         };
         let slot = hash_slot(key.as_bytes());
-        let reply = match shared
+        let reply = match self
             .pool
-            .run_script(
-                (plan.program.name, plan.program.source, plan.program.sha1()),
-                slot,
-                &encode,
-                &reply::is_allowed,
-                timeout,
-            )
+            .run_script(&plan.program.script, slot, &call, timeout)
             .await
         {
             Ok(reply) => reply,
             Err(Failure::Unavailable(category)) => {
-                return Ok(shared.unavailable(policy, category));
+                return Ok(self.unavailable(policy, category));
             }
             Err(Failure::Incompatible(category)) => {
                 return Ok(RateLimitOutcome::Incompatible {
@@ -260,33 +231,30 @@ impl EdgeRateLimitPort for RedisProvider {
                 });
             }
             Err(Failure::Indeterminate | Failure::NoScript) => {
-                return Ok(shared.indeterminate(policy));
+                return Ok(self.indeterminate(policy));
             }
         };
         let outcome = reply::outcome(&reply.value, policy);
         let allowed = matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed);
-        if allowed && !reply.durable(shared.settings.min_replicas_ack) {
+        if allowed && !reply.durable(self.settings.min_replicas_ack) {
             tracing::debug!(
-                program = plan.program.name,
-                wanted = shared.settings.min_replicas_ack,
+                program = plan.program.script.name,
+                wanted = self.settings.min_replicas_ack,
                 acked = reply.replicas_acked,
                 "allow not acknowledged by enough replicas; reported indeterminate"
             );
-            return Ok(shared.indeterminate(policy));
+            return Ok(self.indeterminate(policy));
         }
         Ok(outcome)
     }
 
     fn policies(&self) -> &PolicySet {
-        &self.shared.policies
+        &self.policies
     }
 
     /// `Ready` when a connection is up and answers `PING` within `command_timeout` (on a
     /// cluster: every slot's master).
     async fn readiness(&self) -> Readiness {
-        self.shared
-            .pool
-            .readiness(self.shared.settings.command_timeout)
-            .await
+        self.pool.readiness(self.settings.command_timeout).await
     }
 }

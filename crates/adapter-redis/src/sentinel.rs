@@ -20,8 +20,10 @@ use redis::Value;
 use tokio::sync::{Notify, watch};
 use tokio::task::JoinHandle;
 
-use crate::connection::{self, Access, Endpoint, LastError};
-use crate::settings::RedisSettings;
+use crate::background::LastError;
+use crate::dial::{self, Access, Endpoint};
+use crate::resp;
+use crate::wire::Conn;
 
 /// How often the sentinels are asked while nothing fails.
 pub(crate) const POLL: Duration = Duration::from_millis(250);
@@ -37,12 +39,14 @@ pub(crate) struct SentinelMonitor {
     current: watch::Sender<(u64, Option<Arc<Endpoint>>)>,
     last_error: LastError,
     wake: Notify,
+    /// Longest wait for a sentinel: its dial, then its answer.
+    timeout: Duration,
 }
 
 /// The connection to the sentinel that answered last.
 struct Cached {
     index: usize,
-    conn: crate::wire::Conn,
+    conn: Conn,
     driver: JoinHandle<()>,
 }
 
@@ -53,12 +57,13 @@ impl Drop for Cached {
 }
 
 impl SentinelMonitor {
-    /// Starts the monitor task (abort the handle to stop it).
+    /// Starts the monitor task (abort the handle to stop it); each sentinel is given
+    /// `timeout` to connect and again to answer.
     pub(crate) fn start(
         master_name: String,
         sentinels: Vec<Endpoint>,
         data_access: Arc<Access>,
-        settings: &RedisSettings,
+        timeout: Duration,
     ) -> (Arc<Self>, JoinHandle<()>) {
         let monitor = Arc::new(Self {
             master_name,
@@ -67,8 +72,9 @@ impl SentinelMonitor {
             current: watch::Sender::new((0, None)),
             last_error: LastError::new("no sentinel asked yet"),
             wake: Notify::new(),
+            timeout,
         });
-        let task = tokio::spawn(monitor.clone().run(settings.clone()));
+        let task = tokio::spawn(monitor.clone().run());
         (monitor, task)
     }
 
@@ -127,11 +133,11 @@ impl SentinelMonitor {
         self.wake.notify_one();
     }
 
-    async fn run(self: Arc<Self>, settings: RedisSettings) {
+    async fn run(self: Arc<Self>) {
         let mut cached: Option<Cached> = None;
         let mut failing = false;
         loop {
-            match self.ask(&mut cached, &settings).await {
+            match self.ask(&mut cached).await {
                 Ok((host, port)) => {
                     failing = false;
                     self.publish(&host, port);
@@ -173,11 +179,7 @@ impl SentinelMonitor {
 
     /// The master's address from the first sentinel that answers, starting with the one that
     /// answered last.
-    async fn ask(
-        &self,
-        cached: &mut Option<Cached>,
-        settings: &RedisSettings,
-    ) -> Result<(String, u16), String> {
+    async fn ask(&self, cached: &mut Option<Cached>) -> Result<(String, u16), String> {
         let n = self.sentinels.len();
         let first = cached.as_ref().map_or(0, |c| c.index);
         let mut errors = Vec::new();
@@ -186,7 +188,7 @@ impl SentinelMonitor {
             let sentinel = &self.sentinels[index];
             if cached.as_ref().is_none_or(|c| c.index != index) {
                 *cached = None;
-                match connection::connect(sentinel, settings).await {
+                match dial::dial(sentinel, self.timeout).await {
                     Ok((conn, driver)) => {
                         *cached = Some(Cached {
                             index,
@@ -205,9 +207,7 @@ impl SentinelMonitor {
                 .arg("GET-MASTER-ADDR-BY-NAME")
                 .arg(&self.master_name)
                 .to_owned();
-            let reply =
-                tokio::time::timeout(settings.connect_timeout, c.conn.send_packed_command(&query))
-                    .await;
+            let reply = tokio::time::timeout(self.timeout, c.conn.send(&query)).await;
             match reply {
                 Ok(Ok(value)) => match parse_master(&value) {
                     Ok(addr) => return Ok(addr),
@@ -216,7 +216,7 @@ impl SentinelMonitor {
                 Ok(Err(e)) => errors.push(format!("sentinel {sentinel}: {e}")),
                 Err(_) => errors.push(format!(
                     "sentinel {sentinel}: no reply within {:?}",
-                    settings.connect_timeout
+                    self.timeout
                 )),
             }
             *cached = None;
@@ -229,8 +229,8 @@ impl SentinelMonitor {
 fn parse_master(value: &Value) -> Result<(String, u16), String> {
     match value {
         Value::Array(items) if items.len() == 2 => {
-            let host = connection::text(&items[0]).filter(|h| !h.is_empty());
-            let port = connection::text(&items[1]).and_then(|p| p.parse::<u16>().ok());
+            let host = resp::text(&items[0]).filter(|h| !h.is_empty());
+            let port = resp::text(&items[1]).and_then(|p| p.parse::<u16>().ok());
             match (host, port) {
                 (Some(host), Some(port)) if port != 0 => Ok((host, port)),
                 _ => Err(format!("unusable master address {items:?}")),

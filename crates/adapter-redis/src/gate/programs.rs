@@ -1,132 +1,90 @@
-//! The event-gate Lua programs: one manifest per program (name, SHA1, whether it reads
-//! `TIME`), the exact source embedded at compile time, and the arguments each gate sends.
+//! The event-gate Lua programs: one [`Script`] per program (name, SHA1, the commands it
+//! calls), the exact source embedded at compile time, and the arguments each gate sends.
 //!
 //! They run like the rate-limit programs (`EVALSHA` of the SHA1 computed once, `EVAL` of the
 //! same source after `NOSCRIPT`) and follow the same reply discipline: fixed arity, a status
 //! first, integers in `0..=2^53-1`. KEYS, ARGV and replies are documented in each file's
 //! header (`gate-submit-v1.lua` describes the eight KEYS all of them share).
 
-use std::sync::LazyLock;
-
 use shared_contract::gate::GateSettings;
 
-use crate::acl::{self, Command};
-use crate::programs::time_test_variant;
-
-/// One event-gate program.
-#[derive(Debug)]
-pub struct GateProgram {
-    /// File name in `lua/`, e.g. `gate-submit-v1.lua`.
-    pub name: &'static str,
-    /// Whether the program reads `TIME` (in one marked block, replaced by the test build).
-    pub timed: bool,
-    /// Every Redis command the source calls, as ACL rules name it: what the start-up ACL
-    /// check asks for (a test in [`crate::acl`] holds this to the source).
-    pub commands: &'static [&'static Command],
-    /// The exact source sent with `EVAL` and hashed for `EVALSHA`.
-    pub source: &'static str,
-    sha1: LazyLock<String>,
-}
-
-impl GateProgram {
-    /// Lowercase hex SHA1 of [`Self::source`], as `SCRIPT LOAD` answers it.
-    pub fn sha1(&self) -> &str {
-        &self.sha1
-    }
-
-    /// The source with `now` taken from the last argument (differential tests only).
-    ///
-    /// # Errors
-    /// When the program has no well-formed `@time-source` block.
-    pub fn test_variant(&self) -> Result<String, String> {
-        time_test_variant(self.name, self.source)
-    }
-}
-
-macro_rules! gate_program {
-    ($file:literal, $timed:expr, $commands:expr) => {
-        GateProgram {
-            name: $file,
-            timed: $timed,
-            commands: $commands,
-            source: include_str!(concat!("../../../../lua/", $file)),
-            sha1: LazyLock::new(|| {
-                sha1_smol::Sha1::from(include_str!(concat!("../../../../lua/", $file)))
-                    .digest()
-                    .to_string()
-            }),
-        }
-    };
-}
+use crate::commands;
+use crate::script::{Script, embedded};
 
 /// Receives one event.
-pub static SUBMIT: GateProgram = gate_program!(
+pub static SUBMIT: Script = embedded!(
     "gate-submit-v1.lua",
-    true,
     &[
-        &acl::TIME,
-        &acl::GET,
-        &acl::INCR,
-        &acl::HGET,
-        &acl::HMGET,
-        &acl::HSET,
-        &acl::HDEL,
-        &acl::HLEN,
-        &acl::ZADD,
-        &acl::ZREM,
-        &acl::ZRANGEBYSCORE,
-        &acl::XADD,
-        &acl::XREVRANGE,
+        &commands::TIME,
+        &commands::GET,
+        &commands::INCR,
+        &commands::HGET,
+        &commands::HMGET,
+        &commands::HSET,
+        &commands::HDEL,
+        &commands::HLEN,
+        &commands::ZADD,
+        &commands::ZREM,
+        &commands::ZRANGEBYSCORE,
+        &commands::XADD,
+        &commands::XREVRANGE,
     ]
 );
 /// Publishes a bounded batch of due events.
-pub static PUBLISH: GateProgram = gate_program!(
+pub static PUBLISH: Script = embedded!(
     "gate-publish-v1.lua",
-    true,
     &[
-        &acl::TIME,
-        &acl::GET,
-        &acl::INCR,
-        &acl::HGET,
-        &acl::HMGET,
-        &acl::HSET,
-        &acl::ZADD,
-        &acl::ZREM,
-        &acl::ZRANGE,
-        &acl::ZRANGEBYSCORE,
-        &acl::XADD,
-        &acl::XREVRANGE,
+        &commands::TIME,
+        &commands::GET,
+        &commands::INCR,
+        &commands::HGET,
+        &commands::HMGET,
+        &commands::HSET,
+        &commands::ZADD,
+        &commands::ZREM,
+        &commands::ZRANGE,
+        &commands::ZRANGEBYSCORE,
+        &commands::XADD,
+        &commands::XREVRANGE,
     ]
 );
 /// The conditional delete: terminal events past retention, lapsed windows.
-pub static SWEEP: GateProgram = gate_program!(
+pub static SWEEP: Script = embedded!(
     "gate-sweep-v1.lua",
-    true,
     &[
-        &acl::TIME,
-        &acl::GET,
-        &acl::HMGET,
-        &acl::HSET,
-        &acl::HDEL,
-        &acl::ZREM,
-        &acl::ZRANGEBYSCORE,
+        &commands::TIME,
+        &commands::GET,
+        &commands::HMGET,
+        &commands::HSET,
+        &commands::HDEL,
+        &commands::ZREM,
+        &commands::ZRANGEBYSCORE,
     ]
 );
 /// Reads the clock and the incubating events atomically.
-pub static SNAPSHOT: GateProgram = gate_program!(
+pub static SNAPSHOT: Script = embedded!(
     "gate-snapshot-v1.lua",
-    false,
-    &[&acl::GET, &acl::HMGET, &acl::ZRANGE]
+    &[&commands::GET, &commands::HMGET, &commands::ZRANGE]
 );
 /// Reads the stream after a cursor.
-pub static UPDATES: GateProgram = gate_program!(
+pub static UPDATES: Script = embedded!(
     "gate-updates-v1.lua",
-    false,
-    &[&acl::GET, &acl::EXISTS, &acl::XRANGE, &acl::XINFO_STREAM]
+    &[
+        &commands::GET,
+        &commands::EXISTS,
+        &commands::XRANGE,
+        &commands::XINFO_STREAM
+    ]
 );
 
 /// Every gate program of this build.
-pub static GATE_PROGRAMS: [&GateProgram; 5] = [&SUBMIT, &PUBLISH, &SWEEP, &SNAPSHOT, &UPDATES];
+pub static GATE_PROGRAMS: [&Script; 5] = [&SUBMIT, &PUBLISH, &SWEEP, &SNAPSHOT, &UPDATES];
+
+/// Every gate program's script, as the gate provider preloads them and the ACL check covers
+/// them.
+pub(crate) fn scripts() -> Vec<&'static Script> {
+    GATE_PROGRAMS.to_vec()
+}
 
 /// `ARGV[1..=3]` of every mutating program: mode, duration, max clock regression.
 pub fn common_arguments(gate: &GateSettings) -> [String; 3] {
@@ -156,8 +114,8 @@ mod tests {
             );
             assert_eq!(p.sha1().len(), 40);
             let times = p.source.matches("redis.call('TIME')").count();
-            assert_eq!(times, usize::from(p.timed), "{}", p.name);
-            assert_eq!(p.test_variant().is_ok(), p.timed, "{}", p.name);
+            assert_eq!(times, usize::from(p.reads_time()), "{}", p.name);
+            assert_eq!(p.test_variant().is_ok(), p.reads_time(), "{}", p.name);
             // No program gives a gate key a TTL: events never expire unhandled.
             for ttl in [
                 "'EXPIRE'",
@@ -169,6 +127,13 @@ mod tests {
             ] {
                 assert!(!p.source.contains(ttl), "{}: {ttl}", p.name);
             }
+        }
+    }
+
+    #[test]
+    fn every_manifest_declares_exactly_the_commands_its_source_calls() {
+        for p in GATE_PROGRAMS {
+            crate::script::tests::assert_declares_its_calls(p);
         }
     }
 

@@ -47,23 +47,25 @@ use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use redis::{Cmd, Value};
+use redis::Value;
 use shared_contract::gate::{
     EventGatePort, EventId, EventRecord, GateClock, GateId, GateOutcome, GateRequestError, GateSet,
     GateSettings, Snapshot, SubmitOutcome, SubmitRequest, UpdateBatch,
 };
 use shared_contract::{Deadline, IncompatibleCategory, Readiness, UnavailableCategory};
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
 use super::keys::GateKeys;
-use super::programs::{self, GateProgram};
+use super::programs;
 use super::reply::{self, Published, ReplyError};
-use crate::connection::{Script, Setup};
+use crate::acl::Needs;
 use crate::error::{Error, SettingsProblem, SettingsProblems};
 use crate::failure::Failure;
 use crate::keys::hash_slot;
 use crate::pool::Pool;
+use crate::resp;
+use crate::script::{Script, ScriptArgs};
 use crate::settings::RedisSettings;
 
 /// Tunables of the gate provider beside the connection settings.
@@ -171,13 +173,13 @@ struct Plan {
     common: [String; 3],
 }
 
-struct Shared {
+/// The gates, their plans and the connections: what the port and the publisher tasks share.
+struct Gates {
     settings: RedisSettings,
     gate_settings: RedisGateSettings,
     gates: GateSet,
     plans: HashMap<GateId, Plan>,
     pool: Pool,
-    admission: Semaphore,
 }
 
 /// Whether a failure after dispatch may have changed state.
@@ -187,17 +189,39 @@ enum Effect {
     Read,
 }
 
-impl Shared {
-    fn retry_after_ms(&self) -> u64 {
-        self.settings
-            .retry_after
-            .as_millis()
-            .min(u128::from(u64::MAX)) as u64
+/// One gate program call: the gate's eight keys, then the program's arguments.
+struct GateCall<'a> {
+    plan: &'a Plan,
+    args: &'a [&'a str],
+    effect: Effect,
+}
+
+impl ScriptArgs for GateCall<'_> {
+    fn count(&self) -> usize {
+        1 + self.plan.keys.all().len() + self.args.len()
     }
 
+    fn write(&self, out: &mut Vec<u8>) {
+        let keys = self.plan.keys.all();
+        resp::write_bulk_u64(out, keys.len() as u64);
+        for k in keys {
+            resp::write_bulk(out, k.as_bytes());
+        }
+        for a in self.args {
+            resp::write_bulk(out, a.as_bytes());
+        }
+    }
+
+    /// A read wrote nothing to wait for.
+    fn needs_ack(&self, _: &Value) -> bool {
+        self.effect == Effect::Write
+    }
+}
+
+impl Gates {
     fn unavailable<T>(&self, category: UnavailableCategory) -> GateOutcome<T> {
         GateOutcome::Unavailable {
-            retry_after_ms: self.retry_after_ms(),
+            retry_after_ms: self.settings.retry_after_ms(),
             category,
         }
     }
@@ -208,7 +232,7 @@ impl Shared {
             (Failure::Incompatible(category), _) => GateOutcome::Incompatible { category },
             (Failure::Indeterminate | Failure::NoScript, Effect::Write) => {
                 GateOutcome::Indeterminate {
-                    retry_after_ms: self.retry_after_ms(),
+                    retry_after_ms: self.settings.retry_after_ms(),
                 }
             }
             (Failure::Indeterminate | Failure::NoScript, Effect::Read) => {
@@ -224,49 +248,26 @@ impl Shared {
             .ok_or_else(|| GateRequestError::UnknownGate(gate.clone()))
     }
 
-    fn command(verb: &str, script: &str, plan: &Plan, args: &[&str]) -> Cmd {
-        let mut cmd = redis::cmd(verb);
-        cmd.arg(script).arg(plan.keys.all().len());
-        for k in plan.keys.all() {
-            cmd.arg(k.as_str());
-        }
-        for a in args {
-            cmd.arg(*a);
-        }
-        cmd
-    }
-
     /// Runs `program` once (plus `EVAL` after `NOSCRIPT`) within the command timeout, after
     /// the deadline, admission and connection checks; the reply value or the outcome that
     /// replaces it.
     async fn run<T>(
         &self,
-        program: &GateProgram,
+        program: &Script,
         plan: &Plan,
         args: &[&str],
         deadline: Deadline,
         effect: Effect,
     ) -> Result<Value, GateOutcome<T>> {
         let timeout = self.settings.command_timeout;
-        if deadline.remaining_from(Instant::now()) < timeout {
-            return Err(self.unavailable(UnavailableCategory::Deadline));
-        }
-        let Ok(_permit) = self.admission.try_acquire() else {
-            return Err(self.unavailable(UnavailableCategory::Admission));
-        };
-        let encode = |out: &mut Vec<u8>, verb: &str, script: &str| {
-            Self::command(verb, script, plan, args).write_packed_command(out);
-        };
-        let script = (program.name, program.source, program.sha1());
+        let _permit = self
+            .pool
+            .admit(deadline, timeout)
+            .map_err(|category| self.unavailable(category))?;
+        let call = GateCall { plan, args, effect };
         match self
             .pool
-            .run_script(
-                script,
-                plan.slot,
-                &encode,
-                &|_| effect == Effect::Write,
-                timeout,
-            )
+            .run_script(program, plan.slot, &call, timeout)
             .await
         {
             // With `min_replicas_ack`, a write the replicas did not acknowledge may be lost
@@ -333,7 +334,7 @@ impl Drop for Publishers {
 
 /// The Redis provider of [`EventGatePort`].
 pub struct RedisGateProvider {
-    shared: Arc<Shared>,
+    shared: Arc<Gates>,
     publishers: tokio::sync::Mutex<Option<Publishers>>,
 }
 
@@ -345,13 +346,6 @@ impl fmt::Debug for RedisGateProvider {
             .field("gates", &self.shared.plans.len())
             .finish_non_exhaustive()
     }
-}
-
-fn gate_scripts() -> Arc<[Script]> {
-    programs::GATE_PROGRAMS
-        .iter()
-        .map(|p| (p.name, p.source, p.sha1()))
-        .collect()
 }
 
 impl RedisGateProvider {
@@ -383,19 +377,10 @@ impl RedisGateProvider {
                 },
             );
         }
-        let pool = Pool::start(
-            &settings,
-            resolved,
-            Setup {
-                scripts: gate_scripts(),
-                acl: Arc::new(
-                    crate::acl::Needs::gates(&settings.key_prefix).for_settings(&settings),
-                ),
-            },
-        )
-        .await;
-        let shared = Arc::new(Shared {
-            admission: Semaphore::new(settings.max_in_flight),
+        let scripts = programs::scripts();
+        let needs = Needs::gates(&settings.key_prefix, &scripts).for_settings(&settings);
+        let pool = Pool::start(&settings, resolved, scripts, needs).await;
+        let shared = Arc::new(Gates {
             settings,
             gate_settings,
             gates,
@@ -442,7 +427,7 @@ impl RedisGateProvider {
 
 /// One gate's publisher: publish due events, sleep until the next is due (bounded), sweep now
 /// and then, until told to stop.
-async fn publisher(shared: Arc<Shared>, gate: GateId, mut stop: watch::Receiver<bool>) {
+async fn publisher(shared: Arc<Gates>, gate: GateId, mut stop: watch::Receiver<bool>) {
     let gs = shared.gate_settings;
     // Room for the command timeout (the provider refuses a call whose deadline is shorter),
     // within the longest deadline the contract allows.
@@ -490,7 +475,7 @@ async fn publisher(shared: Arc<Shared>, gate: GateId, mut stop: watch::Receiver<
 }
 
 async fn sweep(
-    shared: &Shared,
+    shared: &Gates,
     gate: &GateId,
     max_batch: NonZeroUsize,
     deadline: Deadline,
@@ -565,11 +550,9 @@ impl EventGatePort for RedisGateProvider {
         let shared = &self.shared;
         let plan = shared.plan(gate)?;
         let timeout = shared.settings.command_timeout;
-        if deadline.remaining_from(Instant::now()) < timeout {
-            return Ok(shared.unavailable(UnavailableCategory::Deadline));
-        }
-        let Ok(_permit) = shared.admission.try_acquire() else {
-            return Ok(shared.unavailable(UnavailableCategory::Admission));
+        let _permit = match shared.pool.admit(deadline, timeout) {
+            Ok(permit) => permit,
+            Err(category) => return Ok(shared.unavailable(category)),
         };
         let cmd = redis::cmd("HGET")
             .arg(plan.keys.events())
