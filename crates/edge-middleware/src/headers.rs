@@ -20,7 +20,6 @@
 //! and Redis can shift it by the skew, never beyond one window.
 
 use std::fmt::Write as _;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
@@ -38,12 +37,6 @@ pub fn ceil_secs(ms: u64) -> u64 {
     ms.div_ceil(1000)
 }
 
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
-}
-
 /// Appends one `RateLimit-Policy` member for `policy`.
 pub fn push_policy(out: &mut String, policy: &RateLimitPolicy) {
     let (q, w) = policy.algorithm().quota_window();
@@ -54,12 +47,18 @@ pub fn push_policy(out: &mut String, policy: &RateLimitPolicy) {
     let _ = write!(out, "\"{}\";q={q};w={w}", policy.id());
 }
 
-/// Appends one `RateLimit` member for `decision` under `policy`, growing `out` by exactly the
-/// member's length: a field of one member is then a single allocation of its exact size, which
-/// [`bytes_value`] turns into the header value without copying it.
-pub fn push_limit(out: &mut Vec<u8>, policy: &RateLimitPolicy, decision: &RateLimitDecision) {
+/// Appends one `RateLimit` member for `decision` under `policy` at `now_ms` (this host's
+/// clock), growing `out` by exactly the member's length: a field of one member is then a
+/// single allocation of its exact size, which [`bytes_value`] turns into the header value
+/// without copying it.
+pub fn push_limit(
+    out: &mut Vec<u8>,
+    policy: &RateLimitPolicy,
+    decision: &RateLimitDecision,
+    now_ms: u64,
+) {
     let (_, w) = policy.algorithm().quota_window();
-    let t = ceil_secs(decision.reset_at_ms.saturating_sub(now_ms())).min(w);
+    let t = ceil_secs(decision.reset_at_ms.saturating_sub(now_ms)).min(w);
     let mut r_text = itoa::Buffer::new();
     let r = r_text.format(decision.remaining).as_bytes();
     let mut t_text = itoa::Buffer::new();

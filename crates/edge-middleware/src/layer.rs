@@ -32,7 +32,7 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Extensions, HeaderName, HeaderValue, Request, Response, header};
-use shared_contract::{Cost, PolicyId, RateLimitOutcome};
+use shared_contract::{Clock, Cost, PolicyId, RateLimitOutcome, SystemClock};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -117,6 +117,8 @@ struct Shared {
     /// matches).
     resolved: Vec<Option<Resolved>>,
     peer: PeerIp,
+    /// This host's clock, against which the `t` of the `RateLimit` field is computed.
+    clock: Arc<dyn Clock>,
 }
 
 /// The middleware's layer. See the module docs.
@@ -148,6 +150,7 @@ impl RateLimitLayer {
                 rules,
                 resolved,
                 peer: no_peer,
+                clock: Arc::new(SystemClock),
             }),
         }
     }
@@ -155,8 +158,19 @@ impl RateLimitLayer {
     /// The same layer, reading the peer address of `ip` subjects with `peer`.
     #[must_use]
     pub fn with_peer_ip(self, peer: PeerIp) -> Self {
+        self.map_shared(|s| s.peer = peer)
+    }
+
+    /// The same layer, reading the time for the `RateLimit` field's `t` from `clock` instead
+    /// of the system clock (tests give the provider's manual clock, so that both agree).
+    #[must_use]
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.map_shared(|s| s.clock = clock)
+    }
+
+    fn map_shared(self, change: impl FnOnce(&mut Shared)) -> Self {
         let mut shared = Arc::unwrap_or_clone(self.shared);
-        shared.peer = peer;
+        change(&mut shared);
         Self {
             shared: Arc::new(shared),
         }
@@ -303,7 +317,7 @@ where
                     }
                     headers::push_policy(&mut policy_field, policy);
                 }
-                headers::push_limit(&mut limit_field, policy, d);
+                headers::push_limit(&mut limit_field, policy, d, shared.clock.now_ms());
                 if !d.allowed {
                     violated.push(policy.id().as_str());
                     retry_after_ms = retry_after_ms.max(d.retry_after_ms);
