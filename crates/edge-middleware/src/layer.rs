@@ -6,8 +6,9 @@
 //! - every policy allowed: the inner service answers, and the response gets the draft-11
 //!   `RateLimit-Policy` / `RateLimit` headers (one member per policy that applied);
 //! - a policy denied: 429 problem+json (quota-exceeded, `violated-policies`), the headers, and
-//!   `Retry-After` in whole seconds rounded up; later rules are not evaluated, so they consume
-//!   nothing (rules already evaluated did consume: there is no all-or-nothing across policies);
+//!   `Retry-After` in whole seconds rounded up, never earlier than the `t` of a policy with
+//!   `r=0` (see [`crate::headers`]); later rules are not evaluated, so they consume nothing
+//!   (rules already evaluated did consume: there is no all-or-nothing across policies);
 //! - no decision (unavailable, indeterminate, incompatible): under `fail_open` the request
 //!   goes through; otherwise 503 problem+json, with `Retry-After` when the provider gave a
 //!   retry hint.
@@ -279,7 +280,9 @@ where
     let mut policy_field = String::new();
     let mut limit_field = Vec::new();
     let mut violated: Vec<&str> = Vec::new();
-    let mut retry_after_ms = 0u64;
+    // The largest `t` of the members with nothing left: a 429's `Retry-After` (see
+    // `headers`: the draft wants it no earlier than the effective window's end).
+    let mut retry_after_secs = 0u64;
     let mut applied = 0usize;
     let mut single_policy_value = None;
     for (rule, resolved) in shared.rules.iter().zip(&shared.resolved) {
@@ -317,10 +320,16 @@ where
                     }
                     headers::push_policy(&mut policy_field, policy);
                 }
-                headers::push_limit(&mut limit_field, policy, d, shared.clock.now_ms());
+                let t = headers::effective_window(policy, d, shared.clock.now_ms());
+                headers::push_limit(&mut limit_field, policy, d.remaining, t);
+                if d.remaining == 0
+                    && let Some(t) = t
+                {
+                    retry_after_secs = retry_after_secs.max(t);
+                }
                 if !d.allowed {
                     violated.push(policy.id().as_str());
-                    retry_after_ms = retry_after_ms.max(d.retry_after_ms);
+                    retry_after_secs = retry_after_secs.max(headers::retry_after_secs(d));
                     break;
                 }
             }
@@ -349,10 +358,8 @@ where
         }
     } else {
         let mut r = problem::quota_exceeded(&violated);
-        r.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(headers::ceil_secs(retry_after_ms).max(1)),
-        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         r
     };
     if applied > 0 {
