@@ -14,7 +14,10 @@
 //!   retry hint.
 //!
 //! A request without the subject header is limited under the empty subject: all such
-//! requests share one quota, so leaving the header out is never a way around the limit.
+//! requests share one quota, so leaving the header out is never a way around the limit. A
+//! subject header longer than [`MAX_SUBJECT_BYTES`] (256, the bound of `/v1/evaluate` as well)
+//! under any matching rule is 400 problem+json `subject_too_long`, answered before any rule is
+//! evaluated: nothing is charged.
 //!
 //! The service never fails: its error type is `Infallible`, like the inner service's.
 //!
@@ -40,7 +43,7 @@ use tower_service::Service;
 use crate::headers;
 use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
-use crate::subject::SubjectSource;
+use crate::subject::{MAX_SUBJECT_BYTES, SubjectSource};
 
 /// Reads the peer's IP address from a request's extensions, where the server put it.
 pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
@@ -267,6 +270,27 @@ impl IpText {
     }
 }
 
+/// The 400 for a request whose subject header, under any matching rule, is longer than
+/// [`MAX_SUBJECT_BYTES`] (the bound of `/v1/evaluate` too). Checked before any rule is
+/// evaluated, so such a request is charged nothing anywhere.
+fn oversized_subject<B, R: From<String>>(rules: &[Rule], req: &Request<B>) -> Option<Response<R>> {
+    let path = req.uri().path();
+    rules.iter().filter(|r| r.matches(path)).find_map(|rule| {
+        let Subject::Header(name) = &rule.subject else {
+            return None;
+        };
+        let len = req.headers().get(name)?.len();
+        (len > MAX_SUBJECT_BYTES).then(|| {
+            problem::bad_request(
+                "subject_too_long",
+                &format!(
+                    "the subject header {name} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"
+                ),
+            )
+        })
+    })
+}
+
 async fn limit<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     mut inner: S,
@@ -276,6 +300,9 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
     ResBody: From<String>,
 {
+    if let Some(refused) = oversized_subject(&shared.rules, &req) {
+        return Ok(refused);
+    }
     let limiter = &shared.limiter;
     let mut policy_field = String::new();
     let mut limit_field = Vec::new();
@@ -589,13 +616,11 @@ mod tests {
         assert_eq!(r.headers()[headers::RATELIMIT_POLICY], "\"a\";q=10;w=60");
     }
 
-    /// The local provider behind one `ip` rule of 1 request per minute, reading the peer with
-    /// `peer` when given one.
-    fn ip_limited(peer: Option<PeerIp>) -> RateLimit<axum::routing::Router> {
-        let id = PolicyId::new("api").expect("valid id");
-        let policy = fixed_window("api", 1, 60, FailurePolicy::FailClosed);
+    /// The layer of `rules` over the local provider with `policies` (the first is the default).
+    fn local_layer(policies: Vec<RateLimitPolicy>, rules: Vec<Rule>) -> RateLimitLayer {
+        let default = policies[0].id().clone();
         let port = Arc::new(adapter_local::LocalProvider::new(
-            PolicySet::new([policy], id.clone()).expect("valid set"),
+            PolicySet::new(policies, default).expect("valid set"),
             Arc::new(shared_contract::SystemClock),
             adapter_local::LocalSettings::default(),
         ));
@@ -605,10 +630,15 @@ mod tests {
             FailurePolicy::FailClosed,
             Duration::from_secs(1),
         );
-        let mut layer = RateLimitLayer::new(
-            Arc::new(limiter),
-            vec![Rule::new("/api", id, SubjectSource::Ip)],
-        );
+        RateLimitLayer::new(Arc::new(limiter), rules)
+    }
+
+    /// The local provider behind one `ip` rule of 1 request per minute, reading the peer with
+    /// `peer` when given one.
+    fn ip_limited(peer: Option<PeerIp>) -> RateLimit<axum::routing::Router> {
+        let id = PolicyId::new("api").expect("valid id");
+        let policy = fixed_window("api", 1, 60, FailurePolicy::FailClosed);
+        let mut layer = local_layer(vec![policy], vec![Rule::new("/api", id, SubjectSource::Ip)]);
         if let Some(peer) = peer {
             layer = layer.with_peer_ip(peer);
         }
@@ -650,6 +680,54 @@ mod tests {
             other.status(),
             StatusCode::TOO_MANY_REQUESTS,
             "one shared quota"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_subject_is_400_and_charges_no_rule() {
+        let a = PolicyId::new("a").expect("valid id");
+        let b = PolicyId::new("b").expect("valid id");
+        let policies = vec![
+            fixed_window("a", 3, 60, FailurePolicy::FailClosed),
+            fixed_window("b", 3, 60, FailurePolicy::FailClosed),
+        ];
+        let header = |name: &str| SubjectSource::Header(name.into());
+        let rules = vec![
+            Rule::new("/api", a, header("x-key")),
+            Rule::new("/api", b, header("x-user")),
+        ];
+        let svc = local_layer(policies, rules)
+            .layer(axum::Router::new().route("/api/x", axum::routing::get(|| async { "up" })));
+        let request = |user: &str| {
+            Request::get("/api/x")
+                .header("x-key", "k")
+                .header("x-user", user)
+                .body(Body::empty())
+                .expect("request")
+        };
+        let long = "u".repeat(crate::MAX_SUBJECT_BYTES + 1);
+        let r = svc
+            .clone()
+            .oneshot(request(&long))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], problem::CONTENT_TYPE);
+        assert!(r.headers().get(headers::RATELIMIT).is_none());
+        let r = svc
+            .clone()
+            .oneshot(request(&long[1..]))
+            .await
+            .expect("infallible");
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "256 bytes is the bound, not beyond it"
+        );
+        let limit = r.headers()[headers::RATELIMIT].to_str().expect("ascii");
+        assert!(
+            limit.starts_with("\"a\";r=2;"),
+            "rule a was not charged by the 400: {limit}"
         );
     }
 
