@@ -6,14 +6,18 @@
 //! - every policy allowed: the inner service answers, and the response gets the draft-11
 //!   `RateLimit-Policy` / `RateLimit` headers (one member per policy that applied);
 //! - a policy denied: 429 problem+json (quota-exceeded, `violated-policies`), the headers, and
-//!   `Retry-After` in whole seconds rounded up; later rules are not evaluated, so they consume
-//!   nothing (rules already evaluated did consume: there is no all-or-nothing across policies);
+//!   `Retry-After` in whole seconds rounded up, never earlier than the `t` of a policy with
+//!   `r=0` (see [`crate::headers`]); later rules are not evaluated, so they consume nothing
+//!   (rules already evaluated did consume: there is no all-or-nothing across policies);
 //! - no decision (unavailable, indeterminate, incompatible): under `fail_open` the request
 //!   goes through; otherwise 503 problem+json, with `Retry-After` when the provider gave a
 //!   retry hint.
 //!
 //! A request without the subject header is limited under the empty subject: all such
-//! requests share one quota, so leaving the header out is never a way around the limit.
+//! requests share one quota, so leaving the header out is never a way around the limit. A
+//! subject header longer than [`MAX_SUBJECT_BYTES`] (256, the bound of `/v1/evaluate` as well)
+//! under any matching rule is 400 problem+json `subject_too_long`, answered before any rule is
+//! evaluated: nothing is charged.
 //!
 //! The service never fails: its error type is `Infallible`, like the inner service's.
 //!
@@ -32,14 +36,14 @@ use std::sync::Arc;
 use std::task::{Context, Poll};
 
 use http::{Extensions, HeaderName, HeaderValue, Request, Response, header};
-use shared_contract::{Cost, PolicyId, RateLimitOutcome};
+use shared_contract::{Clock, Cost, PolicyId, RateLimitOutcome, SystemClock};
 use tower_layer::Layer;
 use tower_service::Service;
 
 use crate::headers;
 use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
-use crate::subject::SubjectSource;
+use crate::subject::{MAX_SUBJECT_BYTES, SubjectSource};
 
 /// Reads the peer's IP address from a request's extensions, where the server put it.
 pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
@@ -117,6 +121,8 @@ struct Shared {
     /// matches).
     resolved: Vec<Option<Resolved>>,
     peer: PeerIp,
+    /// This host's clock, against which the `t` of the `RateLimit` field is computed.
+    clock: Arc<dyn Clock>,
 }
 
 /// The middleware's layer. See the module docs.
@@ -148,6 +154,7 @@ impl RateLimitLayer {
                 rules,
                 resolved,
                 peer: no_peer,
+                clock: Arc::new(SystemClock),
             }),
         }
     }
@@ -155,8 +162,19 @@ impl RateLimitLayer {
     /// The same layer, reading the peer address of `ip` subjects with `peer`.
     #[must_use]
     pub fn with_peer_ip(self, peer: PeerIp) -> Self {
+        self.map_shared(|s| s.peer = peer)
+    }
+
+    /// The same layer, reading the time for the `RateLimit` field's `t` from `clock` instead
+    /// of the system clock (tests give the provider's manual clock, so that both agree).
+    #[must_use]
+    pub fn with_clock(self, clock: Arc<dyn Clock>) -> Self {
+        self.map_shared(|s| s.clock = clock)
+    }
+
+    fn map_shared(self, change: impl FnOnce(&mut Shared)) -> Self {
         let mut shared = Arc::unwrap_or_clone(self.shared);
-        shared.peer = peer;
+        change(&mut shared);
         Self {
             shared: Arc::new(shared),
         }
@@ -252,6 +270,27 @@ impl IpText {
     }
 }
 
+/// The 400 for a request whose subject header, under any matching rule, is longer than
+/// [`MAX_SUBJECT_BYTES`] (the bound of `/v1/evaluate` too). Checked before any rule is
+/// evaluated, so such a request is charged nothing anywhere.
+fn oversized_subject<B, R: From<String>>(rules: &[Rule], req: &Request<B>) -> Option<Response<R>> {
+    let path = req.uri().path();
+    rules.iter().filter(|r| r.matches(path)).find_map(|rule| {
+        let Subject::Header(name) = &rule.subject else {
+            return None;
+        };
+        let len = req.headers().get(name)?.len();
+        (len > MAX_SUBJECT_BYTES).then(|| {
+            problem::bad_request(
+                "subject_too_long",
+                &format!(
+                    "the subject header {name} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"
+                ),
+            )
+        })
+    })
+}
+
 async fn limit<S, ReqBody, ResBody>(
     shared: Arc<Shared>,
     mut inner: S,
@@ -261,11 +300,16 @@ where
     S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
     ResBody: From<String>,
 {
+    if let Some(refused) = oversized_subject(&shared.rules, &req) {
+        return Ok(refused);
+    }
     let limiter = &shared.limiter;
     let mut policy_field = String::new();
     let mut limit_field = Vec::new();
     let mut violated: Vec<&str> = Vec::new();
-    let mut retry_after_ms = 0u64;
+    // The largest `t` of the members with nothing left: a 429's `Retry-After` (see
+    // `headers`: the draft wants it no earlier than the effective window's end).
+    let mut retry_after_secs = 0u64;
     let mut applied = 0usize;
     let mut single_policy_value = None;
     for (rule, resolved) in shared.rules.iter().zip(&shared.resolved) {
@@ -303,10 +347,16 @@ where
                     }
                     headers::push_policy(&mut policy_field, policy);
                 }
-                headers::push_limit(&mut limit_field, policy, d);
+                let t = headers::effective_window(policy, d, shared.clock.now_ms());
+                headers::push_limit(&mut limit_field, policy, d.remaining, t);
+                if d.remaining == 0
+                    && let Some(t) = t
+                {
+                    retry_after_secs = retry_after_secs.max(t);
+                }
                 if !d.allowed {
                     violated.push(policy.id().as_str());
-                    retry_after_ms = retry_after_ms.max(d.retry_after_ms);
+                    retry_after_secs = retry_after_secs.max(headers::retry_after_secs(d));
                     break;
                 }
             }
@@ -335,10 +385,8 @@ where
         }
     } else {
         let mut r = problem::quota_exceeded(&violated);
-        r.headers_mut().insert(
-            header::RETRY_AFTER,
-            HeaderValue::from(headers::ceil_secs(retry_after_ms).max(1)),
-        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         r
     };
     if applied > 0 {
@@ -568,13 +616,11 @@ mod tests {
         assert_eq!(r.headers()[headers::RATELIMIT_POLICY], "\"a\";q=10;w=60");
     }
 
-    /// The local provider behind one `ip` rule of 1 request per minute, reading the peer with
-    /// `peer` when given one.
-    fn ip_limited(peer: Option<PeerIp>) -> RateLimit<axum::routing::Router> {
-        let id = PolicyId::new("api").expect("valid id");
-        let policy = fixed_window("api", 1, 60, FailurePolicy::FailClosed);
+    /// The layer of `rules` over the local provider with `policies` (the first is the default).
+    fn local_layer(policies: Vec<RateLimitPolicy>, rules: Vec<Rule>) -> RateLimitLayer {
+        let default = policies[0].id().clone();
         let port = Arc::new(adapter_local::LocalProvider::new(
-            PolicySet::new([policy], id.clone()).expect("valid set"),
+            PolicySet::new(policies, default).expect("valid set"),
             Arc::new(shared_contract::SystemClock),
             adapter_local::LocalSettings::default(),
         ));
@@ -584,10 +630,15 @@ mod tests {
             FailurePolicy::FailClosed,
             Duration::from_secs(1),
         );
-        let mut layer = RateLimitLayer::new(
-            Arc::new(limiter),
-            vec![Rule::new("/api", id, SubjectSource::Ip)],
-        );
+        RateLimitLayer::new(Arc::new(limiter), rules)
+    }
+
+    /// The local provider behind one `ip` rule of 1 request per minute, reading the peer with
+    /// `peer` when given one.
+    fn ip_limited(peer: Option<PeerIp>) -> RateLimit<axum::routing::Router> {
+        let id = PolicyId::new("api").expect("valid id");
+        let policy = fixed_window("api", 1, 60, FailurePolicy::FailClosed);
+        let mut layer = local_layer(vec![policy], vec![Rule::new("/api", id, SubjectSource::Ip)]);
         if let Some(peer) = peer {
             layer = layer.with_peer_ip(peer);
         }
@@ -629,6 +680,54 @@ mod tests {
             other.status(),
             StatusCode::TOO_MANY_REQUESTS,
             "one shared quota"
+        );
+    }
+
+    #[tokio::test]
+    async fn an_oversized_subject_is_400_and_charges_no_rule() {
+        let a = PolicyId::new("a").expect("valid id");
+        let b = PolicyId::new("b").expect("valid id");
+        let policies = vec![
+            fixed_window("a", 3, 60, FailurePolicy::FailClosed),
+            fixed_window("b", 3, 60, FailurePolicy::FailClosed),
+        ];
+        let header = |name: &str| SubjectSource::Header(name.into());
+        let rules = vec![
+            Rule::new("/api", a, header("x-key")),
+            Rule::new("/api", b, header("x-user")),
+        ];
+        let svc = local_layer(policies, rules)
+            .layer(axum::Router::new().route("/api/x", axum::routing::get(|| async { "up" })));
+        let request = |user: &str| {
+            Request::get("/api/x")
+                .header("x-key", "k")
+                .header("x-user", user)
+                .body(Body::empty())
+                .expect("request")
+        };
+        let long = "u".repeat(crate::MAX_SUBJECT_BYTES + 1);
+        let r = svc
+            .clone()
+            .oneshot(request(&long))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::BAD_REQUEST);
+        assert_eq!(r.headers()[header::CONTENT_TYPE], problem::CONTENT_TYPE);
+        assert!(r.headers().get(headers::RATELIMIT).is_none());
+        let r = svc
+            .clone()
+            .oneshot(request(&long[1..]))
+            .await
+            .expect("infallible");
+        assert_eq!(
+            r.status(),
+            StatusCode::OK,
+            "256 bytes is the bound, not beyond it"
+        );
+        let limit = r.headers()[headers::RATELIMIT].to_str().expect("ascii");
+        assert!(
+            limit.starts_with("\"a\";r=2;"),
+            "rule a was not charged by the 400: {limit}"
         );
     }
 

@@ -1,8 +1,9 @@
 //! RFC 9457 `application/problem+json` responses.
 //!
 //! 429 uses the quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11 with
-//! its `violated-policies` member; 503 and 400 use `about:blank` with the HTTP status title,
-//! plus a `detail` and machine-readable members (`outcome`, `category`, `error`).
+//! its `violated-policies` member; every other status uses `about:blank` with the HTTP status
+//! title ([`about_blank`]), plus a `detail` and machine-readable members (`outcome`,
+//! `category`, `error`).
 //!
 //! Every response is generic over its body type `B`, which only has to be buildable from the
 //! JSON text (`From<String>`: axum's `Body`, `String`, http-body-util's `Full<Bytes>`), so
@@ -68,35 +69,49 @@ pub fn unavailable<B: From<String>>(outcome: &RateLimitOutcome) -> Response<B> {
 
 /// 400 for a request the limiter refuses to evaluate (`error` is a stable code).
 pub fn bad_request<B: From<String>>(error: &str, detail: &str) -> Response<B> {
-    respond(
-        StatusCode::BAD_REQUEST,
-        json!({
-            "type": "about:blank",
-            "title": "Bad Request",
-            "status": 400,
-            "error": error,
-            "detail": detail,
-        }),
-    )
+    about_blank(StatusCode::BAD_REQUEST, Some(error), Some(detail))
 }
 
 /// 500 for a configuration the port refused at run time (should not happen: validated).
 pub fn internal<B: From<String>>(detail: &str) -> Response<B> {
-    respond(
-        StatusCode::INTERNAL_SERVER_ERROR,
-        json!({
-            "type": "about:blank",
-            "title": "Internal Server Error",
-            "status": 500,
-            "detail": detail,
-        }),
-    )
+    about_blank(StatusCode::INTERNAL_SERVER_ERROR, None, Some(detail))
 }
 
 /// 404 for a path no route serves.
 pub fn not_found<B: From<String>>() -> Response<B> {
-    respond(
-        StatusCode::NOT_FOUND,
-        json!({"type": "about:blank", "title": "Not Found", "status": 404}),
-    )
+    about_blank(StatusCode::NOT_FOUND, None, None)
+}
+
+/// An `about:blank` problem of `status`: `title` is the status's phrase (RFC 9457 section
+/// 4.2.1), `error` the stable code given or, without one, the phrase in snake case
+/// (`method_not_allowed`); `detail` when given.
+pub fn about_blank<B: From<String>>(
+    status: StatusCode,
+    error: Option<&str>,
+    detail: Option<&str>,
+) -> Response<B> {
+    let title = title(status);
+    let mut body = json!({
+        "type": "about:blank",
+        "title": title,
+        "status": status.as_u16(),
+    });
+    body["error"] = match error {
+        Some(error) => error.into(),
+        None => title.to_ascii_lowercase().replace([' ', '-'], "_").into(),
+    };
+    if let Some(detail) = detail {
+        body["detail"] = detail.into();
+    }
+    respond(status, body)
+}
+
+/// The phrase of `status` as RFC 9110 names it (which renamed 413 and 422 after the `http`
+/// crate's table was written).
+fn title(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "Content Too Large",
+        StatusCode::UNPROCESSABLE_ENTITY => "Unprocessable Content",
+        other => other.canonical_reason().unwrap_or("Error"),
+    }
 }

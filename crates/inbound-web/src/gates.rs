@@ -109,16 +109,9 @@ fn json_response(status: StatusCode, body: &Value) -> Response {
 }
 
 fn unknown_gate(gate: &str) -> Response {
-    problem::respond(
-        StatusCode::NOT_FOUND,
-        json!({
-            "type": "about:blank",
-            "title": "Not Found",
-            "status": 404,
-            "error": "unknown_gate",
-            "detail": format!("no gate {:?} is configured", gate.chars().take(80).collect::<String>()),
-        }),
-    )
+    let shown: String = gate.chars().take(80).collect();
+    let detail = format!("no gate {shown:?} is configured");
+    problem::about_blank(StatusCode::NOT_FOUND, Some("unknown_gate"), Some(&detail))
 }
 
 fn request_error(e: &GateRequestError) -> Response {
@@ -286,15 +279,12 @@ async fn event(
 }
 
 fn event_not_found() -> Response {
-    problem::respond(
+    problem::about_blank(
         StatusCode::NOT_FOUND,
-        json!({
-            "type": "about:blank",
-            "title": "Not Found",
-            "status": 404,
-            "error": "unknown_event",
-            "detail": "the gate does not hold this event (never submitted, rejected, or removed after its retention)",
-        }),
+        Some("unknown_event"),
+        Some(
+            "the gate does not hold this event (never submitted, rejected, or removed after its retention)",
+        ),
     )
 }
 

@@ -8,7 +8,11 @@
 //!
 //! A client that asks for the `v12.stomp` subprotocol gets the same frames as bodies of
 //! STOMP 1.2 `MESSAGE` frames after `CONNECT` and `SUBSCRIBE` to `/topic/gates/{gate}`
-//! ([`STOMP_PROTOCOL`], `serve_stomp`).
+//! ([`STOMP_PROTOCOL`], `serve_stomp`). Only STOMP 1.2 is spoken: a `CONNECT` without
+//! `accept-version` is a STOMP 1.0 client and is answered `ERROR` (`version:1.2`). An `ERROR`
+//! frame repeats at most 64 characters of what the client sent, quoted and with control
+//! characters escaped, so it stays small and well formed whatever arrived; subscription and
+//! receipt ids, which the server repeats in its frames, are at most 256 bytes.
 //!
 //! The key design decision: **a subscriber can only slow itself down.** Each connection pulls
 //! from the provider with its own cursor, so a slow one never holds the gate or the other
@@ -21,9 +25,12 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use app_bootstrap::GateRuntime;
+use axum::extract::ws::rejection::WebSocketUpgradeRejection;
 use axum::extract::ws::{CloseFrame, Message, WebSocket, WebSocketUpgrade};
 use axum::extract::{Path, State};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
+use edge_middleware::problem;
 use futures::stream::SplitSink;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
@@ -46,13 +53,16 @@ const PULL_WAIT: Duration = Duration::from_millis(500);
 pub(crate) async fn stream(
     State(api): State<Arc<GateApi>>,
     Path(gate): Path<String>,
-    ws: WebSocketUpgrade,
+    ws: Result<WebSocketUpgrade, WebSocketUpgradeRejection>,
 ) -> Response {
     let (rt, gate) = match api.resolve(&gate) {
         Ok((rt, gate)) => (rt.clone(), gate),
         Err(r) => return *r,
     };
-    let ws = ws.protocols([STOMP_PROTOCOL]);
+    let ws = match ws {
+        Ok(ws) => ws.protocols([STOMP_PROTOCOL]),
+        Err(rejection) => return not_an_upgrade(&rejection),
+    };
     let stomp = ws.selected_protocol().is_some();
     ws.on_upgrade(move |socket| async move {
         if stomp {
@@ -61,6 +71,41 @@ pub(crate) async fn stream(
             serve(socket, Framing::Json, rt, gate).await;
         }
     })
+}
+
+/// The problem+json answer to a request of the stream route that is not a WebSocket handshake.
+/// A request without `Upgrade: websocket` / `Connection: upgrade`, or of another WebSocket
+/// version, is 426 with `Upgrade: websocket` (RFC 9110 section 15.5.22) and, for a version,
+/// `Sec-WebSocket-Version: 13` (RFC 6455 section 4.4); other failures keep axum's status.
+fn not_an_upgrade(rejection: &WebSocketUpgradeRejection) -> Response {
+    let (status, version) = match rejection {
+        WebSocketUpgradeRejection::InvalidConnectionHeader(_)
+        | WebSocketUpgradeRejection::InvalidUpgradeHeader(_) => {
+            (StatusCode::UPGRADE_REQUIRED, false)
+        }
+        WebSocketUpgradeRejection::InvalidWebSocketVersionHeader(_) => {
+            (StatusCode::UPGRADE_REQUIRED, true)
+        }
+        other => (other.status(), false),
+    };
+    let detail = format!(
+        "this route is a WebSocket stream: {}",
+        rejection.body_text().to_lowercase()
+    );
+    let mut response = problem::about_blank(status, Some("websocket_required"), Some(&detail));
+    let headers = response.headers_mut();
+    if status == StatusCode::UPGRADE_REQUIRED {
+        // Upgrade is hop-by-hop: it is named in Connection too (RFC 9110 section 7.8).
+        headers.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
+        headers.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
+    }
+    if version {
+        headers.insert(
+            header::SEC_WEBSOCKET_VERSION,
+            HeaderValue::from_static("13"),
+        );
+    }
+    response
 }
 
 /// How each JSON frame goes on the wire.
@@ -150,9 +195,8 @@ async fn serve(socket: WebSocket, mut framing: Framing, rt: Arc<GateRuntime>, ga
         end = pump(&mut sink, &mut framing, &rt, &gate) => end,
         r = &mut gone => match r {
             Ok(Some(receipt)) => {
-                if !receipt.is_empty() {
-                    let frame = format!("RECEIPT\nreceipt-id:{}\n\n\0", stomp_escape(&receipt));
-                    let _ = tokio::time::timeout(SEND_TIMEOUT, sink.send(Message::Text(frame.into()))).await;
+                if let Some(frame) = receipt_for(&receipt) {
+                    let _ = tokio::time::timeout(SEND_TIMEOUT, sink.send(frame)).await;
                 }
                 End::Close(1000, "disconnected".to_owned())
             }
@@ -277,9 +321,10 @@ struct StompFrame<'a> {
 }
 
 impl<'a> StompFrame<'a> {
-    /// Parses `COMMAND\nname:value\n...\n\nbody\0`; heart-beat EOLs before it are skipped.
+    /// Parses `COMMAND\nname:value\n...\n\nbody\0`; heart-beat EOLs before it are skipped,
+    /// and nothing after the first NUL (the end of a frame) is read.
     fn parse(text: &'a str) -> Option<Self> {
-        let text = text.trim_start_matches(['\n', '\r']);
+        let text = text.split('\0').next()?.trim_start_matches(['\n', '\r']);
         let head = text.split("\n\n").next()?;
         let mut lines = head.lines().map(|l| l.trim_end_matches('\r'));
         let command = lines.next()?.trim();
@@ -307,14 +352,95 @@ fn stomp_escape(s: &str) -> String {
         .replace(':', "\\c")
 }
 
-fn stomp_error(message: &str) -> Message {
+/// Most characters of client input an ERROR frame repeats.
+const ECHO_CHARS: usize = 64;
+/// Longest subscription or receipt id accepted: the server repeats them in every frame it sends
+/// for them.
+const MAX_ID_BYTES: usize = 256;
+
+/// Client input as an ERROR frame may repeat it: its first [`ECHO_CHARS`] characters, quoted,
+/// with control characters (NUL, EOL, ...) escaped, and `...` when there was more. However
+/// large and whatever the input, the echo is short and cannot end or break the frame.
+fn echo(input: &str) -> String {
+    let shown: String = input.chars().take(ECHO_CHARS).collect();
+    let more = if input.len() > shown.len() { "..." } else { "" };
+    format!("{shown:?}{more}")
+}
+
+/// A STOMP 1.2 ERROR frame saying `message` (text this module wrote, client input only
+/// through [`echo`]), with `extra` header lines (`name:value\n`).
+fn stomp_error(message: &str, extra: &str) -> Message {
     Message::Text(
         format!(
-            "ERROR\nmessage:{}\ncontent-type:text/plain\n\n{message}\0",
-            stomp_escape(message)
+            "ERROR\n{extra}message:{}\ncontent-type:text/plain\ncontent-length:{}\n\n{message}\0",
+            stomp_escape(message),
+            message.len()
         )
         .into(),
     )
+}
+
+/// Why the handshake ended without a subscription.
+enum Refused {
+    /// The peer left, or said DISCONNECT: nothing to answer.
+    Gone,
+    /// Answer an ERROR frame with this message and these extra header lines.
+    Error(String, &'static str),
+}
+
+impl Refused {
+    fn error(message: String) -> Self {
+        Refused::Error(message, "")
+    }
+}
+
+/// The answer to a CONNECT (or STOMP) frame: the server speaks STOMP 1.2 only, and a frame
+/// without `accept-version` comes from a STOMP 1.0 client (STOMP 1.2, "Protocol Negotiation").
+fn negotiate(frame: &StompFrame<'_>) -> Result<Message, Refused> {
+    let accepts_1_2 = frame
+        .header("accept-version")
+        .is_some_and(|v| v.split(',').any(|v| v.trim() == "1.2"));
+    if !accepts_1_2 {
+        return Err(Refused::Error(
+            "Supported protocol versions are 1.2".to_owned(),
+            "version:1.2\n",
+        ));
+    }
+    Ok(Message::Text(
+        "CONNECTED\nversion:1.2\nheart-beat:0,0\nserver:inbound-web\n\n\0".into(),
+    ))
+}
+
+/// The answer to a DISCONNECT with the `receipt` header `receipt` (empty: none asked for).
+fn receipt_for(receipt: &str) -> Option<Message> {
+    if receipt.len() > MAX_ID_BYTES {
+        let message = format!("the receipt header is longer than {MAX_ID_BYTES} bytes");
+        return Some(stomp_error(&message, ""));
+    }
+    let frame = format!("RECEIPT\nreceipt-id:{}\n\n\0", stomp_escape(receipt));
+    (!receipt.is_empty()).then(|| Message::Text(frame.into()))
+}
+
+/// The subscription of a SUBSCRIBE frame, if it is one to `expected`.
+fn subscribe(frame: &StompFrame<'_>, expected: &str) -> Result<Framing, Refused> {
+    let id = frame.header("id").unwrap_or_default();
+    let destination = frame.header("destination").unwrap_or_default();
+    if id.is_empty() || id.len() > MAX_ID_BYTES {
+        return Err(Refused::error(format!(
+            "SUBSCRIBE needs an id header of 1 to {MAX_ID_BYTES} bytes"
+        )));
+    }
+    if destination != expected {
+        return Err(Refused::error(format!(
+            "this stream serves destination {expected}, not {}",
+            echo(destination)
+        )));
+    }
+    Ok(Framing::Stomp {
+        subscription: id.to_owned(),
+        destination: expected.to_owned(),
+        next_id: 0,
+    })
 }
 
 /// STOMP 1.2 over the socket: `CONNECT` (or `STOMP`) -> `CONNECTED`, then one `SUBSCRIBE` to
@@ -328,7 +454,7 @@ async fn serve_stomp(mut socket: WebSocket, rt: Arc<GateRuntime>, gate: GateId) 
         loop {
             let text = match socket.recv().await {
                 Some(Ok(Message::Text(t))) => t,
-                Some(Ok(Message::Close(_)) | Err(_)) | None => return Err(None),
+                Some(Ok(Message::Close(_)) | Err(_)) | None => return Err(Refused::Gone),
                 Some(Ok(_)) => continue,
             };
             let Some(frame) = StompFrame::parse(text.as_str()) else {
@@ -336,57 +462,87 @@ async fn serve_stomp(mut socket: WebSocket, rt: Arc<GateRuntime>, gate: GateId) 
             };
             match (connected, frame.command) {
                 (false, "CONNECT" | "STOMP") => {
-                    let accepts = frame.header("accept-version").unwrap_or("1.2");
-                    if !accepts.split(',').any(|v| v.trim() == "1.2") {
-                        return Err(Some("only STOMP 1.2 is supported".to_owned()));
-                    }
-                    let ok = Message::Text(
-                        "CONNECTED\nversion:1.2\nheart-beat:0,0\nserver:inbound-web\n\n\0".into(),
-                    );
-                    if socket.send(ok).await.is_err() {
-                        return Err(None);
+                    if socket.send(negotiate(&frame)?).await.is_err() {
+                        return Err(Refused::Gone);
                     }
                     connected = true;
                 }
-                (true, "SUBSCRIBE") => {
-                    let id = frame.header("id").unwrap_or_default();
-                    let destination = frame.header("destination").unwrap_or_default();
-                    if id.is_empty() {
-                        return Err(Some("SUBSCRIBE needs an id header".to_owned()));
-                    }
-                    if destination != expected {
-                        return Err(Some(format!(
-                            "this stream serves destination {expected}, not {destination:?}"
-                        )));
-                    }
-                    return Ok(Framing::Stomp {
-                        subscription: id.to_owned(),
-                        destination: expected.clone(),
-                        next_id: 0,
-                    });
-                }
-                (true, "DISCONNECT") => return Err(None),
+                (true, "SUBSCRIBE") => return subscribe(&frame, &expected),
+                (true, "DISCONNECT") => return Err(Refused::Gone),
                 (_, other) => {
-                    return Err(Some(format!("unexpected {other} frame")));
+                    return Err(Refused::error(format!("unexpected {} frame", echo(other))));
                 }
             }
         }
     };
-    let framing = match tokio::time::timeout(Duration::from_secs(10), handshake).await {
-        Ok(Ok(f)) => f,
-        Ok(Err(Some(message))) => {
-            let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(stomp_error(&message))).await;
-            return;
-        }
-        Ok(Err(None)) => return,
-        Err(_) => {
-            let _ = tokio::time::timeout(
-                SEND_TIMEOUT,
-                socket.send(stomp_error("no CONNECT and SUBSCRIBE within 10 s")),
-            )
-            .await;
-            return;
-        }
+    let refused = match tokio::time::timeout(Duration::from_secs(10), handshake).await {
+        Ok(Ok(framing)) => return serve(socket, framing, rt, gate).await,
+        Ok(Err(refused)) => refused,
+        Err(_) => Refused::error("no CONNECT and SUBSCRIBE within 10 s".to_owned()),
     };
-    serve(socket, framing, rt, gate).await;
+    if let Refused::Error(message, extra) = refused {
+        let _ = tokio::time::timeout(SEND_TIMEOUT, socket.send(stomp_error(&message, extra))).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn text(m: Message) -> String {
+        match m {
+            Message::Text(t) => t.as_str().to_owned(),
+            other => panic!("not a text frame: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn an_echo_is_short_quoted_and_free_of_control_characters() {
+        let junk = format!("{}\0\n{}", "X".repeat(100_000), "Y".repeat(10));
+        let e = echo(&junk);
+        assert!(e.len() < 80, "{e}");
+        assert!(e.ends_with("\"..."), "{e}");
+        assert_eq!(echo("A\0B\r\n"), "\"A\\0B\\r\\n\"");
+        let frame = text(stomp_error(
+            &format!("unexpected {} frame", echo(&junk)),
+            "",
+        ));
+        assert!(frame.len() < 300, "{frame}");
+        assert_eq!(
+            frame.find('\0'),
+            Some(frame.len() - 1),
+            "one NUL, at the end"
+        );
+    }
+
+    #[test]
+    fn frames_end_at_their_nul() {
+        let f = StompFrame::parse("\nCONNECT\naccept-version:1.2\0SUBSCRIBE\nid:0\n\n\0")
+            .expect("a frame");
+        assert_eq!(f.command, "CONNECT");
+        assert_eq!(f.header("id"), None);
+    }
+
+    #[test]
+    fn connect_without_accept_version_is_stomp_1_0_and_refused() {
+        for (frame, ok) in [
+            ("CONNECT\nhost:gates\n\n", false),
+            ("STOMP\naccept-version:1.0,1.1\n\n", false),
+            ("CONNECT\naccept-version:1.1, 1.2\n\n", true),
+        ] {
+            let f = StompFrame::parse(frame).expect("a frame");
+            match negotiate(&f) {
+                Ok(m) => assert!(
+                    ok && text(m).starts_with("CONNECTED\nversion:1.2\n"),
+                    "{frame}"
+                ),
+                Err(Refused::Error(message, extra)) => {
+                    assert!(!ok, "{frame}");
+                    let e = text(stomp_error(&message, extra));
+                    assert!(e.starts_with("ERROR\nversion:1.2\n"), "{e}");
+                }
+                Err(Refused::Gone) => panic!("{frame}"),
+            }
+        }
+    }
 }
