@@ -260,7 +260,10 @@ r=1
 while [ "$r" -le "$ROUNDS" ]; do
   if [ $((r % 2)) = 1 ]; then order="limitador inbound-web"; else order="inbound-web limitador"; fi
   [ "$WITH_LIMITADOR" = 1 ] || order=inbound-web
-  [ -z "${BASELINE:-}" ] || order="$order baseline"
+  if [ -n "${BASELINE:-}" ]; then
+    # Alternate the two builds too, so drift favours neither.
+    if [ $((r % 2)) = 1 ]; then order="$order baseline"; else order="baseline $order"; fi
+  fi
   [ "${FLOOR:-0}" = 0 ] || order="$order floor"
   echo "round $r"
   for server in $order; do

@@ -9,8 +9,9 @@
 # ${CARGO_TARGET_DIR:-target}/release/rl-bench (build it first: cargo build --release -p bench).
 # Each round runs both builds, in an order alternating per round, on the hot key (--keys 1)
 # and on 1,000,000 keys, at concurrency 64 and 1, token bucket, with Redis emptied before
-# every run. Prints one row per run and then, per case, the median of the per-round ratios
-# (this build / baseline) of decisions/s and p99.
+# every run (KEYS="1 1000000" and CONCURRENCY="64 1" choose the cases). Prints one row per
+# run and then, per case, the median of the per-round ratios (this build / baseline) of
+# decisions/s, p50 and p99.
 set -eu
 BASE=${1:?usage: builds-compare.sh BASELINE_BIN [SECONDS] [ROUNDS]}
 SECS=${2:-5}
@@ -28,8 +29,8 @@ echo "# round build keys concurrency decisions_per_s p50_us p99_us errors"
 r=1
 while [ "$r" -le "$ROUNDS" ]; do
   if [ $((r % 2)) -eq 1 ]; then order="baseline new"; else order="new baseline"; fi
-  for keys in 1 1000000; do
-    for c in 64 1; do
+  for keys in ${KEYS:-1 1000000}; do
+    for c in ${CONCURRENCY:-64 1}; do
       for build in $order; do
         if [ "$build" = baseline ]; then bin=$BASE; else bin=$NEW; fi
         redis-cli -p "$PORT" FLUSHALL SYNC >/dev/null
@@ -52,8 +53,8 @@ for line in open(sys.argv[1]):
     r, build, keys, c, dps, p50, p99, err = line.split()
     runs[(r, build, keys, c)] = (float(dps), float(p50), float(p99))
 print("# median per-round ratio new/baseline: decisions/s, p50, p99 (and each build's median decisions/s)")
-for keys in ("1", "1000000"):
-    for c in ("64", "1"):
+for keys in sorted({k[2] for k in runs}, key=int):
+    for c in sorted({k[3] for k in runs}, key=int, reverse=True):
         rounds = sorted({k[0] for k in runs if k[2] == keys and k[3] == c})
         ratio = lambda i: statistics.median(runs[(r, "new", keys, c)][i] / runs[(r, "baseline", keys, c)][i] for r in rounds)
         med = lambda b: statistics.median(runs[(r, b, keys, c)][0] for r in rounds)

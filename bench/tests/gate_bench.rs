@@ -43,10 +43,8 @@ fn used_memory(con: &mut redis::Connection) -> i64 {
         .expect("used_memory in INFO")
 }
 
-async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
-    let server = RedisServer::start();
-    let mut con = server.connection();
-    let gate = GateId::new("bench").expect("valid id");
+/// A Redis gate provider with one only-once gate `bench` of `duration_ms` on `server`.
+async fn provider(server: &RedisServer, gate: &GateId, duration_ms: u64) -> Arc<RedisGateProvider> {
     let mut spec = GateSpec::new(
         gate.clone(),
         GateMode::OnlyOnce,
@@ -59,7 +57,7 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
         stream_max_len: 10_000_000,
         ..RedisGateSettings::default()
     };
-    let port = Arc::new(
+    Arc::new(
         RedisGateProvider::connect(
             rs,
             GateSet::new([GateSettings::new(spec).expect("valid gate")]).expect("one gate"),
@@ -67,11 +65,17 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
         )
         .await
         .expect("valid settings"),
-    );
-    let keys = port.keys(&gate).expect("known gate").clone();
-    let before = used_memory(&mut con);
+    )
+}
+
+/// Submits `events` distinct events from `concurrency` tasks; returns how many were refused.
+async fn submit_all(
+    port: &Arc<RedisGateProvider>,
+    gate: &GateId,
+    events: usize,
+    concurrency: usize,
+) -> usize {
     let next = Arc::new(AtomicUsize::new(0));
-    let started = Instant::now();
     let workers: Vec<_> = (0..concurrency)
         .map(|_| {
             let (port, next, gate) = (port.clone(), next.clone(), gate.clone());
@@ -103,6 +107,50 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
     for w in workers {
         refused += w.await.expect("worker ends");
     }
+    refused
+}
+
+/// The publication lag (ms past `publish_at`) of every published update of `gate`, sorted.
+async fn publication_lags(port: &RedisGateProvider, gate: &GateId, events: usize) -> Vec<u64> {
+    let mut lags = Vec::with_capacity(events);
+    let mut cursor = GateClock::ZERO;
+    loop {
+        let d = Deadline::within(Duration::from_millis(2500)).expect("deadline");
+        let batch = port
+            .updates_after(
+                gate,
+                cursor,
+                NonZeroUsize::new(10_000).expect("non-zero"),
+                d,
+            )
+            .await
+            .expect("known gate");
+        match batch {
+            GateOutcome::Evaluated(UpdateBatch::Updates(u)) if u.is_empty() => break,
+            GateOutcome::Evaluated(UpdateBatch::Updates(u)) => {
+                for up in &u {
+                    if up.status == EventStatus::Published {
+                        lags.push(up.at_ms.saturating_sub(up.publish_at_ms));
+                    }
+                }
+                cursor = u.last().map_or(cursor, |l| l.clock);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+    lags.sort_unstable();
+    lags
+}
+
+async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
+    let server = RedisServer::start();
+    let mut con = server.connection();
+    let gate = GateId::new("bench").expect("valid id");
+    let port = provider(&server, &gate, duration_ms).await;
+    let keys = port.keys(&gate).expect("known gate").clone();
+    let before = used_memory(&mut con);
+    let started = Instant::now();
+    let refused = submit_all(&port, &gate, events, concurrency).await;
     let fill = started.elapsed();
     assert_eq!(refused, 0, "every distinct key is submitted");
     let incubating: i64 = redis::cmd("ZCARD")
@@ -137,34 +185,8 @@ async fn run(events: usize, duration_ms: u64, concurrency: usize) -> Figures {
         assert!(Instant::now() < give_up, "{left} events never published");
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-    let mut lags = Vec::with_capacity(events);
-    let mut cursor = GateClock::ZERO;
-    loop {
-        let d = Deadline::within(Duration::from_millis(2500)).expect("deadline");
-        let batch = port
-            .updates_after(
-                &gate,
-                cursor,
-                NonZeroUsize::new(10_000).expect("non-zero"),
-                d,
-            )
-            .await
-            .expect("known gate");
-        match batch {
-            GateOutcome::Evaluated(UpdateBatch::Updates(u)) if u.is_empty() => break,
-            GateOutcome::Evaluated(UpdateBatch::Updates(u)) => {
-                for up in &u {
-                    if up.status == EventStatus::Published {
-                        lags.push(up.at_ms.saturating_sub(up.publish_at_ms));
-                    }
-                }
-                cursor = u.last().map_or(cursor, |l| l.clock);
-            }
-            other => panic!("{other:?}"),
-        }
-    }
+    let lags = publication_lags(&port, &gate, events).await;
     port.shutdown().await;
-    lags.sort_unstable();
     let pct = |p: f64| lags[((lags.len() as f64 * p).ceil() as usize).clamp(1, lags.len()) - 1];
     assert_eq!(lags.len(), events, "every event published once");
     Figures {

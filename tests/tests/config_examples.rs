@@ -44,3 +44,15 @@ fn redis_example_is_valid_and_uses_a_coordination_redis() {
     }
     assert!(e.subject_secret.is_some());
 }
+
+/// The README's gate commands post to `orders`, and say they work with either example.
+#[test]
+fn both_examples_define_the_gate_the_readme_uses() {
+    for name in ["local.toml", "redis.toml"] {
+        let s = load(name);
+        assert!(
+            s.event_gates.iter().any(|g| g.id().as_str() == "orders"),
+            "examples/{name} must define [event_gates.orders]"
+        );
+    }
+}

@@ -4,12 +4,13 @@
 //! ## Error bodies
 //!
 //! Every error the app answers is `application/problem+json` (RFC 9457): the handlers' own,
-//! and those the framework would write otherwise, which [`framework_problems`] rewrites: 405
+//! and those the framework would write otherwise, which [`HygieneLayer`] rewrites: 405
 //! (empty in axum; `Allow` kept), extractor rejections such as 413 for a body over the limit
-//! or 400 for a path parameter that is not UTF-8 (text/plain in axum). The app bounds the
-//! request head itself, before routing and before the rate limiter: a request target over
-//! [`MAX_URI_BYTES`] is 414, a header section over [`MAX_HEADER_BYTES`] is 431, both
-//! problem+json and charged nothing.
+//! or 400 for a path parameter that is not UTF-8 (text/plain in axum). The same layer bounds
+//! the request head, before routing and before the rate limiter: a request target over
+//! [`MAX_URI_BYTES`](crate::hygiene::MAX_URI_BYTES) is 414, a header section over
+//! [`MAX_HEADER_BYTES`](crate::hygiene::MAX_HEADER_BYTES) is 431, both problem+json and
+//! charged nothing.
 //!
 //! What the app never sees, hyper answers itself with a status line and an empty body: a
 //! request target over 65,534 bytes (414), a head over hyper's read buffer of 417,792 bytes or
@@ -24,8 +25,7 @@ use app_bootstrap::RouteSettings;
 use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
-use axum::http::{Extensions, HeaderValue, Request, StatusCode, header};
-use axum::middleware::Next;
+use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
 use axum::routing::{get, post};
 use edge_middleware::{RateLimitLayer, Rule, problem};
@@ -33,68 +33,7 @@ use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
 use crate::gates::GateApi;
-
-/// Longest request target (path and query) the app reads; longer is 414. As nginx's default
-/// (`large_client_header_buffers 4 8k`).
-pub const MAX_URI_BYTES: usize = 8 * 1024;
-/// Largest header section the app reads (names, values and 4 bytes of `: ` and CRLF per
-/// field); larger is 431. As nginx's default: four buffers of 8 KiB.
-pub const MAX_HEADER_BYTES: usize = 32 * 1024;
-/// Most bytes of a framework error's text kept as the problem's `detail`.
-const DETAIL_BYTES: usize = 1024;
-
-/// Refuses a request whose head is over the app's bounds, before anything else reads it.
-async fn bounded_head(req: Request<Body>, next: Next) -> Response {
-    let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
-    if target > MAX_URI_BYTES {
-        let detail =
-            format!("the request target is {target} bytes, at most {MAX_URI_BYTES} are read");
-        return problem::about_blank(StatusCode::URI_TOO_LONG, None, Some(&detail));
-    }
-    let head: usize = req
-        .headers()
-        .iter()
-        .map(|(name, value)| name.as_str().len() + value.len() + 4)
-        .sum();
-    if head > MAX_HEADER_BYTES {
-        let detail =
-            format!("the header section is {head} bytes, at most {MAX_HEADER_BYTES} are read");
-        return problem::about_blank(
-            StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            None,
-            Some(&detail),
-        );
-    }
-    next.run(req).await
-}
-
-/// Rewrites an error response the framework wrote (no content type, or text/plain: axum's 405
-/// and extractor rejections) as problem+json of the same status, its text as `detail`, its
-/// other headers (`Allow`, ...) kept. Every other response passes unchanged.
-async fn framework_problems(response: Response) -> Response {
-    let status = response.status();
-    let plain = response
-        .headers()
-        .get(header::CONTENT_TYPE)
-        .is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
-    if !(status.is_client_error() || status.is_server_error()) || !plain {
-        return response;
-    }
-    let (mut parts, body) = response.into_parts();
-    // Rejection texts are one line; a longer body is not one, and is dropped.
-    let text = axum::body::to_bytes(body, DETAIL_BYTES)
-        .await
-        .unwrap_or_default();
-    let text = String::from_utf8_lossy(&text);
-    let detail = Some(text.trim()).filter(|t| !t.is_empty());
-    let problem: Response = problem::about_blank(status, None, detail);
-    parts.headers.remove(header::CONTENT_LENGTH);
-    parts.headers.insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static(problem::CONTENT_TYPE),
-    );
-    Response::from_parts(parts, problem.into_body())
-}
+use crate::hygiene::HygieneLayer;
 
 /// The peer address [`serve`] records for each connection, for `ip` subjects.
 fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
@@ -175,8 +114,7 @@ pub fn router_with_gates(
     };
     api.with_state(state)
         .merge(crate::gates::router(gates))
-        .layer(axum::middleware::map_response(framework_problems))
-        .layer(axum::middleware::from_fn(bounded_head))
+        .layer(HygieneLayer)
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains in-flight requests.

@@ -13,6 +13,7 @@
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
+//! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
 //!
 //! ## Features
 //!
@@ -23,6 +24,7 @@
 pub mod api;
 pub mod app;
 pub mod gates;
+pub mod hygiene;
 pub mod stream;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.

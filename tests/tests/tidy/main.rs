@@ -19,6 +19,7 @@
 mod graph;
 mod modules;
 mod references;
+mod sizes;
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
