@@ -4,7 +4,7 @@
 //! ## Error bodies
 //!
 //! Every error the app answers is `application/problem+json` (RFC 9457): the handlers' own,
-//! and those the framework would write otherwise, which [`HygieneLayer`] rewrites: 405
+//! and those the framework would write otherwise, which [`MakeHygiene`] rewrites: 405
 //! (empty in axum; `Allow` kept), extractor rejections such as 413 for a body over the limit
 //! or 400 for a path parameter that is not UTF-8 (text/plain in axum). The same layer bounds
 //! the request head, before routing and before the rate limiter: a request target over
@@ -33,7 +33,7 @@ use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
 use crate::gates::GateApi;
-use crate::hygiene::HygieneLayer;
+use crate::hygiene::MakeHygiene;
 
 /// The peer address [`serve`] records for each connection, for `ip` subjects.
 fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
@@ -112,12 +112,12 @@ pub fn router_with_gates(
         }
         None => api.fallback_service(demo.map_err(|e: std::convert::Infallible| e)),
     };
-    api.with_state(state)
-        .merge(crate::gates::router(gates))
-        .layer(HygieneLayer)
+    api.with_state(state).merge(crate::gates::router(gates))
 }
 
 /// Serves `router` on `listener` until `shutdown` resolves, then drains in-flight requests.
+/// Each connection's service is wrapped in [`Hygiene`](crate::hygiene::Hygiene): the head
+/// bounds and problem+json for the framework's errors.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
@@ -128,7 +128,7 @@ pub async fn serve(
 ) -> std::io::Result<()> {
     axum::serve(
         listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
+        MakeHygiene(router.into_make_service_with_connect_info::<SocketAddr>()),
     )
     .with_graceful_shutdown(shutdown)
     .await
