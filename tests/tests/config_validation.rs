@@ -371,14 +371,14 @@ fn environment_overrides_file_keys_with_double_underscore_nesting() {
         .expect_err("redis without role, url, secret");
     problem_at(&e, "rate_limit.redis.role");
     problem_at(&e, "rate_limit.redis.url");
-    // A full redis override is valid, and unrelated APP_ variables are ignored.
+    // A full redis override is valid. (An `APP_` variable that names no key, such as
+    // `APP_ENV`, is refused: see `unknown_app_variables_are_errors_naming_the_variable`.)
     let s = config::load(&env(&[
         ("APP_RATE_LIMIT__PROVIDER", "redis"),
         ("APP_RATE_LIMIT__REDIS__ROLE", "coordination"),
         ("APP_RATE_LIMIT__REDIS__URL", "redis://127.0.0.1:6379/0"),
         ("APP_RATE_LIMIT__SUBJECT_SECRET", SECRET),
         ("APP_RATE_LIMIT__REDIS__COMMAND_TIMEOUT", "20ms"),
-        ("APP_ENV", "production"),
     ]))
     .unwrap_or_else(|e| panic!("{e}"));
     match s.rate_limit {
@@ -644,4 +644,88 @@ fn each_redis_key_gets_one_problem() {
     ok("[rate_limit.redis]\nrole = \"coordination\"\n");
     let e = errors("[rate_limit.redis]\nurl = \"redis://h:99999\"\n");
     problem_at(&e, "rate_limit.redis.url");
+}
+
+#[test]
+fn unknown_tables_and_keys_are_errors_at_every_depth() {
+    // A misspelt top-level table used to be ignored, and with it what it enables.
+    for (toml, path) in [
+        ("[rate_limt]\nenabled = true\n", "rate_limt"),
+        ("[htp]\nbind = \"127.0.0.1:9\"\n", "htp"),
+        (
+            "[event_gate.x]\nmode = \"only_once\"\nduration = \"1s\"\n",
+            "event_gate",
+        ),
+        ("bind = \"127.0.0.1:9\"\n", "bind"),
+    ] {
+        let problem = problem_at(&errors(toml), path);
+        assert!(problem.starts_with("unknown key"), "{path}: {problem}");
+        assert!(
+            problem.contains("rate_limit"),
+            "known keys listed: {problem}"
+        );
+    }
+    // And inside every section.
+    let policy = format!("{GOOD_POLICY}\ncapacityy = 3");
+    let redis = format!("{GOOD_REDIS}\nurll = \"x\"");
+    let extra = format!(
+        "{}\n\n[rate_limit.circuit_breaker]\ncool_dwn = \"1s\"\n\n[rate_limit.local]\nmax_key = 3",
+        secret_line()
+    );
+    let mut toml = redis_config(&extra, &redis, &policy);
+    toml.push_str(
+        "\n[http]\nbindd = \"127.0.0.1:9\"\n\n[[routes]]\npath_prefix = \"/a\"\nsubject = \"ip\"\npolicyy = \"api\"\n\n[event_gates.x]\nmode = \"only_once\"\nduration = \"1s\"\nmodee = 1\n",
+    );
+    let e = errors(&toml);
+    for path in [
+        "rate_limit.policies.api.capacityy",
+        "rate_limit.redis.urll",
+        "rate_limit.circuit_breaker.cool_dwn",
+        "rate_limit.local.max_key",
+        "http.bindd",
+        "routes[0].policyy",
+        "event_gates.x.modee",
+    ] {
+        assert!(problem_at(&e, path).starts_with("unknown key"), "{e}");
+    }
+}
+
+#[test]
+fn unknown_app_variables_are_errors_naming_the_variable() {
+    let load = |vars: &[(&str, &str)]| {
+        config::load(&Sources {
+            file: None,
+            env: Some(
+                vars.iter()
+                    .map(|(k, v)| ((*k).to_owned(), (*v).to_owned()))
+                    .collect(),
+            ),
+        })
+    };
+    for (var, path, key_path) in [
+        ("APP_RATE_LIMT__ENABLED", "rate_limt", "rate_limt.enabled"),
+        ("APP_HTP__BIND", "htp", "htp.bind"),
+        ("APP_ENV", "env", "env"),
+        (
+            "APP_RATE_LIMIT__REDIS__URLL",
+            "rate_limit.redis.urll",
+            "rate_limit.redis.urll",
+        ),
+    ] {
+        let e = load(&[(var, "true")]).expect_err(var);
+        let problem = problem_at(&e, path);
+        assert!(
+            problem.starts_with("unknown key") && problem.contains(&format!("{var} ({key_path})")),
+            "{var}: {problem}"
+        );
+    }
+    // A name with an empty part names no key at all.
+    let e = load(&[("APP_RATE_LIMIT____ENABLED", "true")]).expect_err("empty part");
+    assert!(
+        e.0.iter()
+            .any(|p| p.problem.contains("APP_RATE_LIMIT____ENABLED")),
+        "{e}"
+    );
+    // The known ones still load.
+    load(&[("APP_RATE_LIMIT__ENABLED", "false")]).unwrap_or_else(|e| panic!("{e}"));
 }

@@ -5,6 +5,7 @@
 //! disabled mode cannot accidentally build a connection, a task or a port.
 
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use adapter_local::LocalSettings;
@@ -96,6 +97,9 @@ pub struct EnabledSettings {
     /// `None`: no secret configured (allowed only for the local provider, which then uses a
     /// random per-process key).
     pub subject_secret: Option<SubjectSecret>,
+    /// The file `subject_secret` was read from (`rate_limit.subject_secret_file`, resolved
+    /// against the configuration file's directory), shown by `--check`.
+    pub subject_secret_file: Option<PathBuf>,
     /// `[rate_limit.local]`: the local provider's, and the local fallback's, bounds.
     pub local: LocalSettings,
     /// `[rate_limit.circuit_breaker]`, applied around the redis provider.
@@ -124,6 +128,22 @@ impl ProviderSettings {
 #[derive(Debug, Clone)]
 pub struct RedisProviderSettings {
     pub redis: RedisSettings,
+    /// Where the data nodes' password came from (`--check` names it, never the password).
+    pub password_source: PasswordSource,
+}
+
+/// Where `[rate_limit.redis]`'s password came from.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum PasswordSource {
+    /// No password.
+    #[default]
+    None,
+    /// The userinfo of `url` (or of a cluster seed node's URL).
+    Url,
+    /// The `password` key (the file or `APP_RATE_LIMIT__REDIS__PASSWORD`).
+    Key,
+    /// `password_file`: the file at this path.
+    File(PathBuf),
 }
 
 /// `[rate_limit.circuit_breaker]`.

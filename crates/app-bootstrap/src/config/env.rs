@@ -9,6 +9,7 @@
 
 use figment::value::{Dict, Value};
 
+use super::reader::UNKNOWN_KEY;
 use super::{ConfigErrors, Problem};
 
 /// Prefix of the environment variables that override file keys (`APP_RATE_LIMIT__ENABLED`).
@@ -17,7 +18,9 @@ pub const ENV_PREFIX: &str = "APP_";
 pub const ENV_SEPARATOR: &str = "__";
 
 /// The tree the `APP_` variables among `vars` describe; other variables are ignored, and so
-/// is a variable whose name has an empty part (`APP_A____B`).
+/// is a variable whose name has an empty part (`APP_A____B`: [`unnamed`] reports it). A
+/// variable that names an unknown key lands in the tree, where the reader reports it and
+/// [`attribute`] names the variable.
 pub(super) fn tree(vars: Vec<(String, String)>) -> Dict {
     let mut root = Dict::new();
     for (name, text) in vars {
@@ -31,6 +34,48 @@ pub(super) fn tree(vars: Vec<(String, String)>) -> Dict {
         insert(&mut root, &path, value(text));
     }
     root
+}
+
+/// A problem for each `APP_` variable among `vars` whose name has an empty part
+/// (`APP_A____B`, `APP_HTTP__`): it names no key, so it would set nothing.
+pub(super) fn unnamed(vars: &[(String, String)]) -> Vec<Problem> {
+    vars.iter()
+        .filter_map(|(name, _)| {
+            let rest = strip_prefix_ignore_case(name, ENV_PREFIX)?;
+            let path = key_path(rest);
+            path.iter().any(String::is_empty).then(|| Problem {
+                path: path.join("."),
+                problem: format!("{name} names no key: a part between {ENV_SEPARATOR:?} is empty"),
+            })
+        })
+        .collect()
+}
+
+/// `problems` with each unknown key that an `APP_` variable of `vars` set (at or under it)
+/// naming that variable and its key path: `rate_limt: unknown key (...); set by
+/// APP_RATE_LIMT__ENABLED (rate_limt.enabled)`.
+pub(super) fn attribute(problems: Vec<Problem>, vars: &[(String, String)]) -> Vec<Problem> {
+    let paths: Vec<(&str, String)> = vars
+        .iter()
+        .filter_map(|(name, _)| {
+            let rest = strip_prefix_ignore_case(name, ENV_PREFIX)?;
+            Some((name.as_str(), key_path(rest).join(".")))
+        })
+        .collect();
+    problems
+        .into_iter()
+        .map(|mut p| {
+            if p.problem.starts_with(UNKNOWN_KEY) {
+                let under = format!("{}.", p.path);
+                for (name, path) in &paths {
+                    if *path == p.path || path.starts_with(&under) {
+                        p.problem.push_str(&format!("; set by {name} ({path})"));
+                    }
+                }
+            }
+            p
+        })
+        .collect()
 }
 
 /// The process's `APP_` variables; one that is not UTF-8 is a problem named by its key path.

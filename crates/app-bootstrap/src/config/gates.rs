@@ -6,7 +6,7 @@ use shared_contract::gate::{GateId, GateMode, GateSet, GateSettings, GateSpec};
 
 use super::reader::{Check, Toml, join};
 
-const P: &str = "event_gates";
+pub(super) const P: &str = "event_gates";
 
 const KEYS: &[&str] = &[
     "mode",

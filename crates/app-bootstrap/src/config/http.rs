@@ -7,7 +7,7 @@ use figment::value::Value;
 use super::reader::{Check, Key, Toml, read_section, render_section};
 use crate::settings::HttpSettings;
 
-const P: &str = "http";
+pub(super) const P: &str = "http";
 
 /// Every key of `[http]`: how it is read and rendered. Defaults: [`HttpSettings::default`].
 const KEYS: &[Key<HttpSettings>] = &[

@@ -52,8 +52,8 @@ pub use env::{ENV_PREFIX, ENV_SEPARATOR};
 use crate::settings::Settings;
 use reader::Check;
 
-/// The top-level sections.
-pub const TOP_KEYS: &[&str] = &["http", "rate_limit", "routes", "event_gates"];
+/// The top-level sections, each named by the module that reads it.
+pub const TOP_KEYS: &[&str] = &[http::P, rate_limit::P, routes::P, gates::P];
 
 /// One configuration problem: the full key path and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -115,7 +115,8 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         Some(vars) => vars.clone(),
         None => env::process_vars()?,
     };
-    figment = figment.merge(Serialized::defaults(env::tree(vars)));
+    let unnamed = env::unnamed(&vars);
+    figment = figment.merge(Serialized::defaults(env::tree(vars.clone())));
     let root: Dict = figment.extract().map_err(|e| {
         ConfigErrors(
             e.into_iter()
@@ -135,7 +136,15 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         .as_deref()
         .and_then(Path::parent)
         .map(Path::to_path_buf);
-    validate(&root, base.as_deref())
+    match (validate(&root, base.as_deref()), unnamed.is_empty()) {
+        (Ok(settings), true) => Ok(settings),
+        (Ok(_), false) => Err(ConfigErrors(unnamed)),
+        (Err(e), _) => {
+            let mut problems = unnamed;
+            problems.extend(env::attribute(e.0, &vars));
+            Err(ConfigErrors(problems))
+        }
+    }
 }
 
 /// Reads a configuration from TOML text alone (no file, no environment): for tests and tools.
@@ -156,9 +165,9 @@ pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
 /// [`ConfigErrors`] with every problem found.
 pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErrors> {
     let mut c = Check::default();
-    // Unknown top-level keys are not reported: every `APP_*` variable of the environment
-    // lands there, and unrelated ones (`APP_ENV`, ...) must not stop the service. The known
-    // ones are `TOP_KEYS`.
+    // A misspelt section (`[rate_limt]`, `APP_RATE_LIMT__ENABLED`) would otherwise be
+    // ignored, and with it what it enables.
+    c.unknown_keys("", root, TOP_KEYS.iter().copied());
 
     let http = http::read(&mut c, root.get("http"));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);

@@ -22,7 +22,7 @@ use crate::settings::{
 };
 use edge_middleware::SubjectSecret;
 
-const P: &str = "rate_limit";
+pub(super) const P: &str = "rate_limit";
 const LOCAL: &str = "rate_limit.local";
 const BREAKER: &str = "rate_limit.circuit_breaker";
 
@@ -110,8 +110,11 @@ const KEYS: &[Key<Draft, EnabledSettings>] = &[
     Key {
         name: "subject_secret_file",
         read: |c, path, v, d| d.secret_file = c.string(path, Some(v)),
-        // Shown as `subject_secret` (its length and where it came from).
-        render: |_, _| {},
+        // The path; the secret itself is shown as `subject_secret` (length and source).
+        render: |e, o| match &e.subject_secret_file {
+            Some(f) => o.str("subject_secret_file", &f.display().to_string()),
+            None => o.line("# subject_secret_file: none"),
+        },
     },
 ];
 
@@ -175,6 +178,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         match (c.count() == before, local, breaker) {
             (true, Some(local), Some(breaker)) => {
                 let parts = Parts {
+                    secret_file: secret_path(&draft, base),
                     draft,
                     secret,
                     policies,
@@ -237,6 +241,7 @@ fn require_when_enabled(
 struct Parts {
     draft: Draft,
     secret: Option<SubjectSecret>,
+    secret_file: Option<PathBuf>,
     policies: Vec<RateLimitPolicy>,
     local: LocalSettings,
     breaker: BreakerSettings,
@@ -261,6 +266,7 @@ fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
         policies,
         failure_policy: p.draft.failure_policy,
         subject_secret: p.secret,
+        subject_secret_file: p.secret_file,
         local: p.local,
         breaker: p.breaker,
     })
@@ -271,11 +277,7 @@ fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
 /// inline `subject_secret`.
 fn read_secret(c: &mut Check, draft: &Draft, base: Option<&Path>) -> Option<SubjectSecret> {
     const FILE: &str = "rate_limit.subject_secret_file";
-    if let Some(file) = &draft.secret_file {
-        let path = match base {
-            Some(b) if Path::new(file).is_relative() => b.join(file),
-            _ => PathBuf::from(file),
-        };
+    if let Some(path) = secret_path(draft, base) {
         let mut bytes = match std::fs::read(&path) {
             Ok(bytes) => bytes,
             Err(e) => {
@@ -296,6 +298,16 @@ fn read_secret(c: &mut Check, draft: &Draft, base: Option<&Path>) -> Option<Subj
         inline.into_bytes(),
         SubjectSecret::INLINE_SOURCE,
     )
+}
+
+/// `subject_secret_file`, a relative path resolved against `base` (the configuration
+/// file's directory).
+fn secret_path(draft: &Draft, base: Option<&Path>) -> Option<PathBuf> {
+    let file = draft.secret_file.as_ref()?;
+    Some(match base {
+        Some(b) if Path::new(file).is_relative() => b.join(file),
+        _ => PathBuf::from(file),
+    })
 }
 
 fn secret(
@@ -324,7 +336,7 @@ pub(super) fn render(o: &mut Toml, s: &RateLimitSettings) {
     };
     render_keys(o, KEYS, e);
     if let ProviderSettings::Redis(r) = &e.provider {
-        redis::render(o, &r.redis);
+        redis::render(o, r);
         render_section(o, BREAKER, BREAKER_KEYS, &e.breaker);
     }
     render_section(o, LOCAL, LOCAL_KEYS, &e.local);

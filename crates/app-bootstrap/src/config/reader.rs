@@ -20,6 +20,9 @@ use shared_contract::PolicyErrors;
 
 use super::Problem;
 
+/// How the problem of a key that is not known starts.
+pub(crate) const UNKNOWN_KEY: &str = "unknown key";
+
 /// Collects problems while the tree is read.
 #[derive(Debug, Default)]
 pub(crate) struct Check {
@@ -74,7 +77,8 @@ impl Check {
         }
     }
 
-    /// Reports every key of `dict` that is not in `known`.
+    /// Reports every key of `dict` that is not in `known` (a problem starting with
+    /// [`UNKNOWN_KEY`]).
     pub(crate) fn unknown_keys<'k>(
         &mut self,
         path: &str,
@@ -86,7 +90,7 @@ impl Check {
                 let known: Vec<&str> = known.clone().collect();
                 self.push(
                     join(path, key),
-                    format!("unknown key (known here: {})", known.join(", ")),
+                    format!("{UNKNOWN_KEY} (known here: {})", known.join(", ")),
                 );
             }
         }

@@ -14,8 +14,8 @@ use std::path::PathBuf;
 use adapter_redis::{RedisSettings, SettingsProblem, Topology};
 use figment::value::{Dict, Value};
 
-use super::reader::{Check, Key, Toml, join, key, read_keys, render_section};
-use crate::settings::RedisProviderSettings;
+use super::reader::{Check, Key, Toml, join, key, read_keys, render_section, toml_str};
+use crate::settings::{PasswordSource, RedisProviderSettings};
 
 const P: &str = "rate_limit.redis";
 
@@ -61,11 +61,17 @@ struct Draft {
     password_file: Option<String>,
 }
 
-/// Renders nothing: a key `--check` does not show.
-fn hidden(_: &RedisSettings, _: &mut Toml) {}
+/// An optional file path, or a comment saying there is none.
+fn file(o: &mut Toml, key: &str, f: Option<&PathBuf>) {
+    match f {
+        Some(f) => o.str(key, &f.display().to_string()),
+        None => o.line(format_args!("# {key}: none")),
+    }
+}
 
-/// Every key of `[rate_limit.redis]`, in the order `--check` shows them.
-const KEYS: &[Key<Draft, RedisSettings>] = &[
+/// Every key of `[rate_limit.redis]`, in the order `--check` shows them (every one is shown;
+/// a secret as `<redacted>` with where it came from).
+const KEYS: &[Key<Draft, RedisProviderSettings>] = &[
     Key {
         name: "role",
         read: |c, path, v, d| d.role = c.string(path, Some(v)),
@@ -82,7 +88,7 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
                 d.topology = name;
             }
         },
-        render: |s, o| o.str("topology", s.topology.as_str()),
+        render: |s, o| o.str("topology", s.redis.topology.as_str()),
     },
     Key {
         name: "url",
@@ -93,8 +99,8 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
             }
         },
         render: |s, o| {
-            if s.topology == Topology::Standalone {
-                o.str("url", &redact_url(&s.url));
+            if s.redis.topology == Topology::Standalone {
+                o.str("url", &redact_url(&s.redis.url));
             }
         },
     },
@@ -102,7 +108,7 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
         name: "master_name",
         read: |c, path, v, d| d.master_name = c.string(path, Some(v)),
         render: |s, o| {
-            if let Topology::Sentinel { master_name, .. } = &s.topology {
+            if let Topology::Sentinel { master_name, .. } = &s.redis.topology {
                 o.str("master_name", master_name);
             }
         },
@@ -111,7 +117,7 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
         name: "sentinels",
         read: |c, path, v, d| d.sentinels = url_list(c, path, v),
         render: |s, o| {
-            if let Topology::Sentinel { sentinels, .. } = &s.topology {
+            if let Topology::Sentinel { sentinels, .. } = &s.redis.topology {
                 o.raw("sentinels", urls(sentinels));
             }
         },
@@ -120,61 +126,67 @@ const KEYS: &[Key<Draft, RedisSettings>] = &[
         name: "nodes",
         read: |c, path, v, d| d.nodes = url_list(c, path, v),
         render: |s, o| {
-            if let Topology::Cluster { nodes } = &s.topology {
+            if let Topology::Cluster { nodes } = &s.redis.topology {
                 o.raw("nodes", urls(nodes));
             }
         },
     },
-    key!("min_replicas_ack", settings.min_replicas_ack; min_replicas_ack),
-    key!("command_timeout", settings.command_timeout; command_timeout),
-    key!("max_in_flight", settings.max_in_flight; max_in_flight),
-    key!("key_prefix", settings.key_prefix; key_prefix),
-    key!("connect_timeout", settings.connect_timeout; connect_timeout),
-    key!("connections", settings.connections; connections),
-    key!("retry_after", settings.retry_after; retry_after),
+    key!("min_replicas_ack", settings.min_replicas_ack; redis.min_replicas_ack),
+    key!("command_timeout", settings.command_timeout; redis.command_timeout),
+    key!("max_in_flight", settings.max_in_flight; redis.max_in_flight),
+    key!("key_prefix", settings.key_prefix; redis.key_prefix),
+    key!("connect_timeout", settings.connect_timeout; redis.connect_timeout),
+    key!("connections", settings.connections; redis.connections),
+    key!("retry_after", settings.retry_after; redis.retry_after),
     Key {
         name: "username",
         read: |c, path, v, d| d.settings.username = c.string(path, Some(v)),
-        render: hidden,
+        render: |s, o| match &s.redis.username {
+            Some(u) => o.str("username", u),
+            None => o.line("# username: none (the url's, if it names one)"),
+        },
     },
     Key {
         name: "password",
         read: |c, path, v, d| d.password = c.secret(path, Some(v)),
-        render: hidden,
+        render: |s, o| match &s.password_source {
+            PasswordSource::None => o.line("# password: none"),
+            PasswordSource::Url => o.line("password = \"<redacted>\"  # from url"),
+            PasswordSource::Key => o.line("password = \"<redacted>\"  # from password"),
+            PasswordSource::File(f) => o.line(format_args!(
+                "password = \"<redacted>\"  # from password_file {}",
+                toml_str(&f.display().to_string())
+            )),
+        },
     },
     Key {
         name: "password_file",
         read: |c, path, v, d| d.password_file = c.string(path, Some(v)),
-        render: hidden,
+        render: |s, o| match &s.password_source {
+            PasswordSource::File(f) => file(o, "password_file", Some(f)),
+            _ => file(o, "password_file", None),
+        },
     },
     Key {
         name: "tls_ca_file",
         read: |c, path, v, d| d.settings.tls.ca_file = c.string(path, Some(v)).map(PathBuf::from),
-        render: hidden,
+        render: |s, o| file(o, "tls_ca_file", s.redis.tls.ca_file.as_ref()),
     },
     Key {
         name: "tls_cert_file",
         read: |c, path, v, d| {
             d.settings.tls.cert_file = c.string(path, Some(v)).map(PathBuf::from);
         },
-        render: hidden,
+        render: |s, o| file(o, "tls_cert_file", s.redis.tls.cert_file.as_ref()),
     },
     Key {
         name: "tls_key_file",
         read: |c, path, v, d| {
             d.settings.tls.key_file = c.string(path, Some(v)).map(PathBuf::from);
         },
-        render: hidden,
+        render: |s, o| file(o, "tls_key_file", s.redis.tls.key_file.as_ref()),
     },
-    Key {
-        name: "strict_eviction_policy",
-        read: |c, path, v, d| {
-            if let Some(b) = c.bool(path, Some(v)) {
-                d.settings.strict_eviction_policy = b;
-            }
-        },
-        render: hidden,
-    },
+    key!("strict_eviction_policy", settings.strict_eviction_policy; redis.strict_eviction_policy),
 ];
 
 /// The section; `required`: rate limiting is enabled with the redis provider, so the keys a
@@ -197,10 +209,33 @@ pub(super) fn read(
         password_file: None,
     };
     read_keys(c, P, d, KEYS, &mut draft);
+    let source = password_source(&draft);
     let redis = finish(c, before, d, draft, required);
     redis
         .filter(|_| c.count() == before)
-        .map(|redis| RedisProviderSettings { redis })
+        .map(|redis| RedisProviderSettings {
+            redis,
+            password_source: source,
+        })
+}
+
+/// Where the data nodes' password comes from: `password_file` wins over `password` (as
+/// [`finish`] reads them), else the userinfo of `url` or of a seed node.
+fn password_source(d: &Draft) -> PasswordSource {
+    if let Some(f) = &d.password_file {
+        return PasswordSource::File(PathBuf::from(f));
+    }
+    if d.password.is_some() {
+        return PasswordSource::Key;
+    }
+    let nodes = d.nodes.iter().flatten();
+    if std::iter::once(&d.settings.url)
+        .chain(nodes)
+        .any(|u| userinfo(u).is_some_and(|(_, password)| password.is_some()))
+    {
+        return PasswordSource::Url;
+    }
+    PasswordSource::None
 }
 
 /// The role, the topology with its keys, the password, then the settings' own check.
@@ -389,35 +424,38 @@ fn url_list(c: &mut Check, path: &str, v: &Value) -> Option<Vec<String>> {
     }
 }
 
-/// `[rate_limit.redis]` with every shown key.
-pub(super) fn render(o: &mut Toml, s: &RedisSettings) {
+/// `[rate_limit.redis]` with every key.
+pub(super) fn render(o: &mut Toml, s: &RedisProviderSettings) {
     render_section(o, P, KEYS, s);
 }
 
 /// URLs as a TOML array, each with its password replaced.
 fn urls(urls: &[String]) -> String {
-    let shown: Vec<String> = urls
-        .iter()
-        .map(|u| super::reader::toml_str(&redact_url(u)))
-        .collect();
+    let shown: Vec<String> = urls.iter().map(|u| toml_str(&redact_url(u))).collect();
     format!("[{}]", shown.join(", "))
+}
+
+/// The user name and password of a URL's userinfo (`scheme://user:password@host`); `None`
+/// without one.
+fn userinfo(url: &str) -> Option<(&str, Option<&str>)> {
+    let (_, rest) = url.split_once("://")?;
+    let (userinfo, _) = rest.rsplit_once('@')?;
+    Some(match userinfo.split_once(':') {
+        Some((user, password)) => (user, Some(password)),
+        None => (userinfo, None),
+    })
 }
 
 /// Shows a Redis URL with its password replaced (the user name stays: it is not a secret,
 /// and it tells which ACL user the limiter logs in as).
 fn redact_url(url: &str) -> String {
-    match url.split_once("://") {
-        Some((scheme, rest)) => match rest.rsplit_once('@') {
-            Some((userinfo, host)) => {
-                let user = userinfo.split_once(':').map_or(userinfo, |(u, _)| u);
-                if userinfo.contains(':') {
-                    format!("{scheme}://{user}:<redacted>@{host}")
-                } else {
-                    format!("{scheme}://{user}@{host}")
-                }
-            }
-            None => url.to_owned(),
-        },
-        None => "<redacted>".to_owned(),
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return "<redacted>".to_owned();
+    };
+    let host = rest.rsplit_once('@').map(|(_, host)| host);
+    match (userinfo(url), host) {
+        (Some((user, Some(_))), Some(host)) => format!("{scheme}://{user}:<redacted>@{host}"),
+        (Some((user, None)), Some(host)) => format!("{scheme}://{user}@{host}"),
+        _ => format!("{scheme}://{rest}"),
     }
 }

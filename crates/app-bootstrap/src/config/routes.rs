@@ -8,6 +8,8 @@ use super::policies;
 use super::reader::{Check, Toml, join, show};
 use crate::settings::{RouteSettings, SubjectSource};
 
+pub(super) const P: &str = "routes";
+
 const KEYS: &[&str] = &["path_prefix", "policy", "subject"];
 
 /// Every route, `None` when one has problems (reported). `policy_ids`: the policies a route
