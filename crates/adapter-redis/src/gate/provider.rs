@@ -177,7 +177,7 @@ struct Plan {
 }
 
 /// The gates, their plans and the connections: what the port and the publisher tasks share.
-pub(super) struct Gates {
+struct Gates {
     settings: RedisSettings,
     gate_settings: RedisGateSettings,
     gates: GateSet,
@@ -291,7 +291,7 @@ impl Gates {
     ///
     /// # Errors
     /// Why the stored settings could not be read.
-    pub(super) async fn stored_settings(&self) -> Result<Vec<StoredSettingsMismatch>, String> {
+    async fn stored_settings(&self) -> Result<Vec<StoredSettingsMismatch>, String> {
         use std::sync::atomic::Ordering;
         let timeout = self.settings.command_timeout;
         let mut out = Vec::new();
@@ -433,7 +433,11 @@ impl RedisGateProvider {
             plans,
             pool,
         });
-        tokio::spawn(stored::check_at_start(Arc::downgrade(&shared)));
+        let weak = Arc::downgrade(&shared);
+        tokio::spawn(stored::check_at_start(move || {
+            let shared = weak.upgrade()?;
+            Some(Box::pin(async move { shared.stored_settings().await }) as stored::Attempt)
+        }));
         let publishers = gate_settings.run_publisher.then(|| {
             let (stop, stopped) = watch::channel(false);
             let tasks = shared

@@ -8,12 +8,11 @@
 //! once at start-up so that a mismatch is logged without waiting for a probe.
 
 use std::fmt;
-use std::sync::Weak;
+use std::future::Future;
+use std::pin::Pin;
 use std::time::{Duration, Instant};
 
 use shared_contract::gate::{GateId, GateSettings};
-
-use super::provider::Gates;
 
 /// A gate whose stored state holds other settings than configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -71,6 +70,10 @@ pub fn compare(
     })
 }
 
+/// One read of every gate's stored settings (the provider's `stored_settings`).
+pub(super) type Attempt =
+    Pin<Box<dyn Future<Output = Result<Vec<StoredSettingsMismatch>, String>> + Send>>;
+
 /// How long the start-up check of the stored settings keeps trying while Redis does not
 /// answer.
 pub const STORED_SETTINGS_CHECK_FOR: Duration = Duration::from_secs(60);
@@ -79,15 +82,14 @@ pub const STORED_SETTINGS_CHECK_FOR: Duration = Duration::from_secs(60);
 /// it retries until Redis answers (at most [`STORED_SETTINGS_CHECK_FOR`]); a mismatch is
 /// logged by `Gates::stored_settings`. Not a start-up failure: Redis may be down at
 /// start-up, and readiness has to report a mismatch later anyway. Ends with the provider.
-pub(super) async fn check_at_start(shared: Weak<Gates>) {
+/// `attempt` answers `None` once the provider is gone.
+pub(super) async fn check_at_start(mut attempt: impl FnMut() -> Option<Attempt>) {
     let until = Instant::now() + STORED_SETTINGS_CHECK_FOR;
     loop {
-        let Some(shared) = shared.upgrade() else {
+        let Some(checked) = attempt() else {
             return;
         };
-        let checked = shared.stored_settings().await;
-        drop(shared);
-        match checked {
+        match checked.await {
             Ok(m) => {
                 if m.is_empty() {
                     tracing::info!("event gates: stored settings match the configuration");
