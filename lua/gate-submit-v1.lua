@@ -30,8 +30,10 @@
 --   REJECTED            conflicts; clock of the answer; text = conflicts_with (the window's
 --                       event). strictly_once: the window moved to this event and the
 --                       window's incubating event, if any, was invalidated (its own clock)
---   DUPLICATE           the id is held: nothing changed; clock, publish_at of the record and
---                       text = the stored record
+--   DUPLICATE           the id is held for this key: nothing changed; clock, publish_at of
+--                       the record and text = the stored record
+--   ID_REUSED           the id is held for another key (the record's): nothing changed, this
+--                       event was not received; fields as for DUPLICATE
 --   FULL                max_events events or live windows held; nothing changed (lapsed
 --                       windows may have been pruned, which is invisible)
 --   CLOCK_UNSAFE        TIME behind the gate's time by more than the allowed regression, or
@@ -91,11 +93,12 @@ if type(rec) == 'table' then
   return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, '' }
 end
 if rec then
-  local c, p = string.match(rec, '^[SPI]:(%d+):%d+:(%d+):%d*:')
+  local c, p, k = string.match(rec, '^[SPI]:(%d+):%d+:(%d+):%d*:(.*)$')
   if not c then
     return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, '' }
   end
-  return { 'DUPLICATE', now, eff, tonumber(c), tonumber(p), 0, rec }
+  -- Held for another key: a client error, not a retry; nothing changes either way.
+  return { k == key and 'DUPLICATE' or 'ID_REUSED', now, eff, tonumber(c), tonumber(p), 0, rec }
 end
 
 -- The stream must be behind the clock, or XADD below would fail after other writes.

@@ -10,7 +10,7 @@
 //!   shown on the local provider here and on the Redis programs in `lua_gate.rs`.
 //! - A subscriber that takes a snapshot and applies `updates_after` rebuilds the gate's
 //!   incubating set (checked against the snapshot endpoint once the gate is quiet).
-//! - Unknown gates are refused by both.
+//! - Unknown gates are refused by both; so is an id the gate holds, reused with another key.
 //! - Local: a property test of random sequences through the port against the model with the
 //!   provider's lazy publication; a waiting subscriber is woken by a submission; a cursor
 //!   older than the kept log asks for a resync.
@@ -120,6 +120,7 @@ fn kind(o: &SubmitOutcome) -> (&'static str, String) {
         SubmitOutcome::Submitted { .. } => ("submitted", String::new()),
         SubmitOutcome::Rejected { conflicts_with, .. } => ("rejected", conflicts_with.to_string()),
         SubmitOutcome::Duplicate(r) => ("duplicate", r.id.to_string()),
+        SubmitOutcome::IdReused(r) => ("id_reused", r.key.to_string()),
     }
 }
 
@@ -370,6 +371,40 @@ async fn unknown_gates_are_refused_by_both_providers() {
             .await;
         assert_eq!(r, Err(GateRequestError::UnknownGate(unknown.clone())));
         assert!(port.snapshot(&unknown, deadline()).await.is_err());
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_reused_with_another_key_is_refused_by_both_providers_and_changes_nothing() {
+    let g = settings(&unique("reuse"), GateMode::StrictlyOnce, 60_000, 1000);
+    let gate = g.id().clone();
+    for target in [local(vec![g.clone()]), redis(vec![g.clone()]).await] {
+        let port = target.port();
+        let first = submit(&*port, &gate, "alpha", "dup-1").await;
+        assert_eq!(kind(&first).0, "submitted");
+        let (before, updates) = (
+            snapshot(&*port, &gate).await,
+            drain(&*port, &gate, GateClock::ZERO).await,
+        );
+        let reused = submit(&*port, &gate, "beta", "dup-1").await;
+        match &reused {
+            SubmitOutcome::IdReused(r) => {
+                assert_eq!((r.id.as_str(), r.key.as_str()), ("dup-1", "alpha"));
+                assert_eq!(r.clock, first.clock());
+            }
+            other => panic!("expected a reused id, got {other:?}"),
+        }
+        assert_eq!(snapshot(&*port, &gate).await, before, "nothing changed");
+        assert_eq!(drain(&*port, &gate, GateClock::ZERO).await, updates);
+        // beta was never received, so beta's first event is submitted, not rejected.
+        assert_eq!(
+            kind(&submit(&*port, &gate, "beta", "b-1").await).0,
+            "submitted"
+        );
+        assert_eq!(
+            kind(&submit(&*port, &gate, "alpha", "dup-1").await).0,
+            "duplicate"
+        );
     }
 }
 

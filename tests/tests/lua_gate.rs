@@ -6,11 +6,13 @@
 //!   exact times: the boundary receipt at 700 ms is exactly one duration after the one at 400.
 //! - A differential property test: random gates (both modes, small `max_events` so `Full`
 //!   happens, zero or small clock regression, short retention) and random sequences of
-//!   submissions (few keys and ids, so conflicts and duplicates are common), publications and
+//!   submissions (few keys and ids, so conflicts, duplicates and ids reused with another key
+//!   are common), publications and
 //!   sweeps, with time going forward and sometimes back. Every answer must be the model's;
 //!   after every step the snapshot must be the model's; at the end every event record and the
 //!   whole stream of status updates must be the model's.
 
+use std::cell::Cell;
 use std::time::Duration;
 
 use acceptance_tests::gate::{event_id, key};
@@ -101,7 +103,7 @@ impl Lua {
         ]);
         let sha = self.shas[SUBMIT].clone();
         let v = self.eval(&sha, &args);
-        reply::submit(&v, &self.gate, id).expect("a well-formed submit reply")
+        reply::submit_of(&v, &self.gate, id, key).expect("a well-formed submit reply")
     }
 
     fn publish(&mut self, now: u64, batch: usize) -> GateOutcome<usize> {
@@ -339,6 +341,38 @@ fn state_of_another_mode_or_duration_is_incompatible_and_untouched() {
 }
 
 #[test]
+fn a_held_id_with_another_key_is_id_reused_and_changes_nothing_as_in_the_model() {
+    let settings = gate("id-reuse", GateMode::StrictlyOnce, 300);
+    let mut model = GateState::new(settings.clone());
+    let mut lua = Lua::new(settings);
+    let (alpha, beta, dup) = (key("alpha"), key("beta"), event_id("dup-1"));
+    let first = lua.submit(100, &alpha, &dup);
+    assert!(matches!(
+        first,
+        GateOutcome::Evaluated(SubmitOutcome::Submitted { .. })
+    ));
+    model
+        .submit(alpha.clone(), dup.clone(), 100)
+        .expect("model submits");
+    let (before, stream) = (lua.snapshot(), lua.all_updates());
+    let expected = model
+        .submit(beta.clone(), dup.clone(), 150)
+        .expect("model answers");
+    let got = lua.submit(150, &beta, &dup);
+    assert_eq!(got, GateOutcome::Evaluated(expected.outcome.clone()));
+    match got {
+        GateOutcome::Evaluated(SubmitOutcome::IdReused(r)) => assert_eq!(r.key, alpha),
+        other => panic!("expected a reused id, got {other:?}"),
+    }
+    assert_eq!((lua.snapshot(), lua.all_updates()), (before, stream));
+    // The same id and key is still a retry.
+    assert!(matches!(
+        lua.submit(160, &alpha, &dup),
+        GateOutcome::Evaluated(SubmitOutcome::Duplicate(_))
+    ));
+}
+
+#[test]
 fn a_stream_trimmed_past_the_cursor_asks_for_a_resync() {
     let mut lua = Lua::new(gate("trimmed", GateMode::OnlyOnce, 10));
     lua.stream_max_len = 1;
@@ -407,7 +441,7 @@ fn case() -> impl Strategy<Value = Case> {
         )
 }
 
-fn run_case(n: u64, case: &Case) -> Result<(), TestCaseError> {
+fn run_case(n: u64, case: &Case, reused: &Cell<u64>) -> Result<(), TestCaseError> {
     let mut spec = GateSpec::new(
         GateId::new(&format!("diff-{n}")).expect("valid id"),
         case.mode,
@@ -435,6 +469,9 @@ fn run_case(n: u64, case: &Case) -> Result<(), TestCaseError> {
                     }
                     Err(e) => e.outcome(),
                 };
+                if matches!(expected, GateOutcome::Evaluated(SubmitOutcome::IdReused(_))) {
+                    reused.set(reused.get() + 1);
+                }
                 let got = lua.submit(now, &k, &id);
                 prop_assert_eq!(got, expected, "step {} {:?} at {}", step, op, now);
             }
@@ -482,11 +519,17 @@ fn programs_match_the_model_on_random_sequences() {
         failure_persistence: None,
         ..Config::default()
     });
-    let counter = std::cell::Cell::new(0u64);
+    let counter = Cell::new(0u64);
+    let reused = Cell::new(0u64);
     runner
         .run(&case(), |case| {
             counter.set(counter.get() + 1);
-            run_case(counter.get(), &case)
+            run_case(counter.get(), &case, &reused)
         })
         .unwrap_or_else(|e| panic!("{e}"));
+    // Few keys and ids: the sequences reuse held ids with other keys, and both agree on it.
+    assert!(
+        reused.get() > 0,
+        "no sequence reused an id with another key"
+    );
 }

@@ -8,7 +8,9 @@
 //! ```
 //!
 //! Both providers and their publishers live in their adapters; this module only chooses and
-//! composes them.
+//! composes them. The Redis provider checks the gates' stored settings itself once Redis
+//! answers (a gate whose state holds another mode or duration is logged at start-up and
+//! reported not ready by `readiness()`, hence `/readyz`).
 //!
 //! The key design decision: **no gate configured means nothing exists**, as for rate
 //! limiting: [`build_gates`] answers `None`, and no provider, connection or task is created.

@@ -11,6 +11,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use app_bootstrap::GateRuntime;
 use axum::body::{Body, Bytes};
 use axum::extract::State;
 use axum::http::{HeaderValue, StatusCode, header};
@@ -284,22 +285,50 @@ pub async fn healthz() -> Response {
     json(StatusCode::OK, r#"{"status":"ok"}"#.to_owned())
 }
 
-/// `GET /readyz`: 200 when the provider can evaluate; 503 (with why) otherwise. With
-/// rate limiting disabled, or a failure policy that keeps answering (`fail_open`,
-/// `fallback_local`), a provider that cannot evaluate is reported but is not a reason to
-/// take the instance out of service.
-pub async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
-    let Some(limiter) = &state.limiter else {
-        return json(
-            StatusCode::OK,
-            r#"{"status":"ready","rate_limit":"disabled"}"#.to_owned(),
-        );
+/// `GET /readyz`: every configured provider, the rate limiter's and the event gates', each
+/// with its reason when it cannot serve.
+///
+/// 200 `ready` when all can serve. Rate limiting: with it disabled, or a failure policy that
+/// keeps answering (`fail_open`, `fallback_local`), a provider that cannot evaluate is
+/// reported (`degraded`, still 200) but is not a reason to take the instance out of service;
+/// with `fail_closed` it is 503 `not_ready`. Event gates have no fallback: gates that cannot
+/// serve (not connected, an ACL user without their commands, stored state of another mode or
+/// duration) make it 503 `not_ready`, with `gates.reason`.
+pub async fn readyz(state: Arc<ApiState>, gates: Option<Arc<GateRuntime>>) -> Response {
+    let (mut body, mut out_of_service) = match &state.limiter {
+        None => (
+            serde_json::json!({"status": "ready", "rate_limit": "disabled"}),
+            false,
+        ),
+        Some(limiter) => rate_limit_readiness(limiter).await,
     };
+    if let Some(rt) = gates {
+        let mut g = serde_json::json!({"provider": rt.provider_name(), "status": "ready"});
+        if let Readiness::NotReady(why) = rt.port().readiness().await {
+            g["status"] = "not_ready".into();
+            g["reason"] = why.into();
+            out_of_service = true;
+        }
+        body["gates"] = g;
+    }
+    if out_of_service {
+        body["status"] = "not_ready".into();
+    }
+    let status = if out_of_service {
+        StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        StatusCode::OK
+    };
+    json(status, body.to_string())
+}
+
+/// The rate limiter's part of `/readyz`, and whether it takes the instance out of service.
+async fn rate_limit_readiness(limiter: &Limiter) -> (serde_json::Value, bool) {
     let provider = limiter.provider_name();
     match limiter.port().readiness().await {
-        Readiness::Ready => json(
-            StatusCode::OK,
-            serde_json::json!({"status": "ready", "provider": provider}).to_string(),
+        Readiness::Ready => (
+            serde_json::json!({"status": "ready", "provider": provider}),
+            false,
         ),
         Readiness::NotReady(why) => {
             let policy = limiter.failure_policy();
@@ -310,12 +339,7 @@ pub async fn readyz(State(state): State<Arc<ApiState>>) -> Response {
                 "reason": why,
                 "failure_policy": policy.as_str(),
             });
-            let status = if degraded {
-                StatusCode::OK
-            } else {
-                StatusCode::SERVICE_UNAVAILABLE
-            };
-            json(status, body.to_string())
+            (body, !degraded)
         }
     }
 }

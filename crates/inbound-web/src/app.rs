@@ -24,7 +24,7 @@ use std::sync::Arc;
 use app_bootstrap::RouteSettings;
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -91,7 +91,10 @@ pub fn router_with_gates(
     let demo = tower::service_fn(upstream(prefixes));
     let api = Router::new()
         .route("/healthz", get(api::healthz))
-        .route("/readyz", get(api::readyz))
+        .route("/readyz", {
+            let gates = gates.runtime().cloned();
+            get(move |State(s): State<Arc<ApiState>>| api::readyz(s, gates.clone()))
+        })
         .route("/metrics", get(api::metrics))
         .route("/v1/evaluate", post(api::evaluate));
     let api = match state.limiter() {

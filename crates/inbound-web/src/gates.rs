@@ -2,7 +2,7 @@
 //!
 //! | route | answer |
 //! | --- | --- |
-//! | `POST /v1/gates/{gate}/events` | 202 submitted, 409 rejected, 200 duplicate (the event's current record) |
+//! | `POST /v1/gates/{gate}/events` | 202 submitted, 409 rejected, 200 duplicate (the event's current record), 409 problem+json `id_reused` (the id is held for another key) |
 //! | `GET /v1/gates/{gate}/events/{id}` | 200 the event, 404 when the gate does not hold it |
 //! | `GET /v1/gates/{gate}/snapshot` | 200 the incubating events and the clock |
 //! | `GET /v1/gates/{gate}/stream` | WebSocket, see [`crate::stream`] |
@@ -234,9 +234,36 @@ async fn submit(
                 body["duplicate"] = true.into();
                 json_response(StatusCode::OK, &body)
             }
+            SubmitOutcome::IdReused(held) => id_reused(&held, &key),
         },
         Ok(other) => not_evaluated(&other),
     }
+}
+
+/// 409 problem+json for an id the gate holds for another key: a client error, not a retry,
+/// and nothing changed. Names the id, both keys (client data, at most 256 bytes each) and the
+/// held event's status; a `rejected` answer is told apart by its `status` field.
+fn id_reused(held: &EventRecord, key: &EventKey) -> Response {
+    let detail = format!(
+        "event id {:?} is held for key {:?}, not {:?}: this event was not received, nothing changed; use a new id",
+        held.id.as_str(),
+        held.key.as_str(),
+        key.as_str()
+    );
+    problem::respond(
+        StatusCode::CONFLICT,
+        json!({
+            "type": "about:blank",
+            "title": "Conflict",
+            "status": 409,
+            "error": "id_reused",
+            "detail": detail,
+            "id": held.id.as_str(),
+            "key": key.as_str(),
+            "held_key": held.key.as_str(),
+            "held_status": held.status.as_str(),
+        }),
+    )
 }
 
 /// `{"id","key","status","clock","submitted_at_ms","publish_at_ms"}`.

@@ -138,6 +138,7 @@ fn clock_sequence(mode: GateMode) -> Vec<(u64, String, &'static str)> {
             SubmitOutcome::Submitted { .. } => "submitted",
             SubmitOutcome::Rejected { .. } => "rejected",
             SubmitOutcome::Duplicate(_) => "duplicate",
+            SubmitOutcome::IdReused(_) => "id_reused",
         };
         out.push((s.outcome.clock().get(), i.to_string(), what));
     }
@@ -276,15 +277,47 @@ fn an_only_once_rejection_consumes_a_clock_value_and_nothing_else() {
     assert_eq!(gate.clock().get(), 2);
 }
 
-#[test]
-fn a_known_id_is_a_duplicate_that_changes_nothing_until_its_retention_ends() {
+/// Gate `orders` in `mode`: duration 3 s, terminal events kept 10 s.
+fn orders_kept_10s(mode: GateMode) -> GateState {
     let mut spec = GateSpec::new(
         GateId::new("orders").expect("id"),
-        GateMode::OnlyOnce,
+        mode,
         Duration::from_millis(3_000),
     );
     spec.retention = Duration::from_millis(10_000);
-    let mut gate = GateState::new(GateSettings::new(spec).expect("settings"));
+    GateState::new(GateSettings::new(spec).expect("settings"))
+}
+
+#[test]
+fn a_known_id_with_another_key_is_refused_and_changes_nothing() {
+    let mut gate = orders_kept_10s(GateMode::StrictlyOnce);
+    let first = submit(&mut gate, "alpha", "dup-1", 1_000);
+    let before = gate.clone();
+    let reused = submit(&mut gate, "beta", "dup-1", 1_500);
+    match &reused.outcome {
+        SubmitOutcome::IdReused(r) => {
+            assert_eq!((r.id.as_str(), r.key.as_str()), ("dup-1", "alpha"));
+            assert_eq!(r.clock, first.outcome.clock());
+        }
+        other => panic!("expected a reused id, got {other:?}"),
+    }
+    assert_eq!(reused.update, None);
+    assert_eq!(gate, before, "nothing changed, not even the clock");
+    // beta was never received: a first beta event is submitted, not rejected.
+    let beta = submit(&mut gate, "beta", "b-1", 1_600).outcome;
+    assert!(matches!(beta, SubmitOutcome::Submitted { .. }), "{beta:?}");
+    // A terminal event's id is still held: reused with another key is refused too.
+    gate.publish_due(4_000, 10).expect("publish");
+    let after_publish = submit(&mut gate, "pizza", "dup-1", 5_000).outcome;
+    assert!(
+        matches!(&after_publish, SubmitOutcome::IdReused(r) if r.status == EventStatus::Published),
+        "{after_publish:?}"
+    );
+}
+
+#[test]
+fn a_known_id_is_a_duplicate_that_changes_nothing_until_its_retention_ends() {
+    let mut gate = orders_kept_10s(GateMode::OnlyOnce);
     let first = submit(&mut gate, "taco", "a", 1_000);
     let before = gate.clone();
     let retry = submit(&mut gate, "taco", "a", 1_500);
@@ -303,7 +336,7 @@ fn a_known_id_is_a_duplicate_that_changes_nothing_until_its_retention_ends() {
     );
 
     gate.publish_due(4_000, 10).expect("publish");
-    let after_publish = submit(&mut gate, "pizza", "a", 5_000).outcome;
+    let after_publish = submit(&mut gate, "taco", "a", 5_000).outcome;
     assert!(
         matches!(&after_publish, SubmitOutcome::Duplicate(r) if r.status == EventStatus::Published),
         "{after_publish:?}"

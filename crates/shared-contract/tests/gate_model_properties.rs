@@ -167,9 +167,13 @@ impl Harness {
             Err(e) => return Err(TestCaseError::fail(format!("submit failed: {e}"))),
         };
         let at = s.now_ms;
-        if let SubmitOutcome::Duplicate(record) = &s.outcome {
+        if let SubmitOutcome::Duplicate(record) | SubmitOutcome::IdReused(record) = &s.outcome {
             prop_assert!(self.held.contains_key(&id), "duplicate of an unknown id");
             prop_assert_eq!(Some(&record.status), self.held.get(&id));
+            prop_assert_eq!(&record.id, &id);
+            // Same key: a retry. Another key: a reused id, never answered as a retry.
+            let reused = matches!(s.outcome, SubmitOutcome::IdReused(_));
+            prop_assert_eq!(reused, record.key != key, "{:?} for key {}", s.outcome, key);
             prop_assert_eq!(&self.gate, &before, "a duplicate changes nothing");
             return Ok(());
         }

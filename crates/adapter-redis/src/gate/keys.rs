@@ -41,6 +41,11 @@ impl GateKeys {
         &self.keys[7]
     }
 
+    /// The meta hash (the settings the state was written with, the gate's time).
+    pub fn meta(&self) -> &str {
+        &self.keys[1]
+    }
+
     /// The event map.
     pub fn events(&self) -> &str {
         &self.keys[2]

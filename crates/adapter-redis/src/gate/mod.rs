@@ -16,10 +16,12 @@
 //! | program manifests, embedded sources, arguments | [`programs`] |
 //! | the strict reply, record and stream-entry parsers (pure) | [`reply`] |
 //! | settings, the background publisher, the port | [`provider`] |
+//! | the stored-settings check of the readiness (pure) | [`stored`] |
 
 pub mod keys;
 pub mod programs;
 pub mod provider;
 pub mod reply;
+pub mod stored;
 
 pub use provider::{RedisGateProvider, RedisGateSettings};

@@ -59,6 +59,7 @@ use tokio::task::JoinHandle;
 use super::keys::GateKeys;
 use super::programs;
 use super::reply::{self, Published, ReplyError};
+use super::stored::{self, StoredSettingsMismatch};
 use crate::acl::Needs;
 use crate::error::{Error, SettingsProblem, SettingsProblems};
 use crate::failure::Failure;
@@ -171,6 +172,8 @@ struct Plan {
     slot: u16,
     /// Mode, duration, max clock regression.
     common: [String; 3],
+    /// Whether a stored-settings mismatch of this gate was logged (once per occurrence).
+    mismatch_logged: std::sync::atomic::AtomicBool,
 }
 
 /// The gates, their plans and the connections: what the port and the publisher tasks share.
@@ -282,6 +285,48 @@ impl Gates {
         }
     }
 
+    /// The gates whose stored state holds another mode or duration than configured (two
+    /// `HGET`s of each meta hash, the command the event lookup sends). Each mismatch is
+    /// logged at error level when first seen, and again if it comes back after it was gone.
+    ///
+    /// # Errors
+    /// Why the stored settings could not be read.
+    async fn stored_settings(&self) -> Result<Vec<StoredSettingsMismatch>, String> {
+        use std::sync::atomic::Ordering;
+        let timeout = self.settings.command_timeout;
+        let mut out = Vec::new();
+        for plan in self.plans.values() {
+            let field = async |name: &str| {
+                let cmd = redis::cmd("HGET").arg(plan.keys.meta()).arg(name).clone();
+                match self.pool.run_command(&cmd, plan.slot, timeout).await {
+                    Ok(Value::Nil) => Ok(None),
+                    Ok(Value::BulkString(b)) => Ok(Some(b)),
+                    Ok(_) => Err(format!(
+                        "gate {}: meta hash is not a hash of strings",
+                        plan.gate.id()
+                    )),
+                    Err(f) => Err(format!(
+                        "gate {}: reading its stored settings failed ({f:?})",
+                        plan.gate.id()
+                    )),
+                }
+            };
+            let mode = field("mode").await?;
+            let duration = field("duration").await?;
+            let mismatch = stored::compare(&plan.gate, mode.as_deref(), duration.as_deref());
+            let logged = plan
+                .mismatch_logged
+                .swap(mismatch.is_some(), Ordering::Relaxed);
+            if let Some(m) = mismatch {
+                if !logged {
+                    tracing::error!(gate = %m.gate, "{m}");
+                }
+                out.push(m);
+            }
+        }
+        Ok(out)
+    }
+
     fn parsed<T>(&self, what: &str, r: Result<GateOutcome<T>, ReplyError>) -> GateOutcome<T> {
         r.unwrap_or_else(|e| {
             tracing::warn!(program = what, error = %e, "unusable gate reply");
@@ -374,6 +419,7 @@ impl RedisGateProvider {
                     slot: hash_slot(keys.stream().as_bytes()),
                     keys,
                     common: programs::common_arguments(g),
+                    mismatch_logged: std::sync::atomic::AtomicBool::new(false),
                 },
             );
         }
@@ -387,6 +433,11 @@ impl RedisGateProvider {
             plans,
             pool,
         });
+        let weak = Arc::downgrade(&shared);
+        tokio::spawn(stored::check_at_start(move || {
+            let shared = weak.upgrade()?;
+            Some(Box::pin(async move { shared.stored_settings().await }) as stored::Attempt)
+        }));
         let publishers = gate_settings.run_publisher.then(|| {
             let (stop, stopped) = watch::channel(false);
             let tasks = shared
@@ -412,6 +463,15 @@ impl RedisGateProvider {
                 let _ = t.await;
             }
         }
+    }
+
+    /// The gates whose stored state holds another mode or duration than configured; each is
+    /// logged at error level when first seen. Start-up calls it once the pool is up.
+    ///
+    /// # Errors
+    /// Why the stored settings could not be read (not connected, a failed command).
+    pub async fn stored_settings_mismatches(&self) -> Result<Vec<StoredSettingsMismatch>, String> {
+        self.shared.stored_settings().await
     }
 
     /// The eight physical keys of `gate`, in KEYS order (for tests and operators).
@@ -534,7 +594,7 @@ impl EventGatePort for RedisGateProvider {
             {
                 Ok(v) => shared.parsed(
                     programs::SUBMIT.name,
-                    reply::submit(&v, &plan.gate, &request.id),
+                    reply::submit_of(&v, &plan.gate, &request.id, &request.key),
                 ),
                 Err(o) => o,
             },
@@ -659,11 +719,25 @@ impl EventGatePort for RedisGateProvider {
         sweep(&self.shared, gate, max_batch, deadline).await
     }
 
+    /// `Ready` when a connection is up, answers `PING`, its ACL user may run every gate
+    /// command, and every gate's stored state (if any) has the configured mode and duration.
     async fn readiness(&self) -> Readiness {
-        self.shared
-            .pool
-            .readiness(self.shared.settings.command_timeout)
-            .await
+        let shared = &self.shared;
+        if let Readiness::NotReady(why) =
+            shared.pool.readiness(shared.settings.command_timeout).await
+        {
+            return Readiness::NotReady(why);
+        }
+        match shared.stored_settings().await {
+            Ok(m) if m.is_empty() => Readiness::Ready,
+            Ok(m) => Readiness::NotReady(
+                m.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            ),
+            Err(why) => Readiness::NotReady(format!("redis: {why}")),
+        }
     }
 }
 

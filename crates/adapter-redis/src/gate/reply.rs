@@ -9,7 +9,7 @@
 //!
 //! | status | outcome |
 //! | --- | --- |
-//! | `SUBMITTED` / `REJECTED` / `DUPLICATE` | `Evaluated` (after consistency checks) |
+//! | `SUBMITTED` / `REJECTED` / `DUPLICATE` / `ID_REUSED` | `Evaluated` (after consistency checks) |
 //! | `PUBLISHED` / `SWEPT` / `SNAPSHOT` / `UPDATES` | `Evaluated` |
 //! | `FULL` | `Unavailable(admission)` (the model's `Full`) |
 //! | `CLOCK_UNSAFE` | `Unavailable(clock)`, retry after the program's `retry_after_ms` |
@@ -210,7 +210,7 @@ pub fn submit(
                 conflicts_with: with,
             }))
         }
-        "DUPLICATE" => {
+        "DUPLICATE" | "ID_REUSED" => {
             let raw = bytes(m.last).ok_or(ReplyError::Field {
                 index: 6,
                 problem: "the record is not a string",
@@ -221,9 +221,37 @@ pub fn submit(
                     "a duplicate's fields differ from its record",
                 ));
             }
-            Ok(GateOutcome::Evaluated(SubmitOutcome::Duplicate(r)))
+            Ok(GateOutcome::Evaluated(if m.status == "DUPLICATE" {
+                SubmitOutcome::Duplicate(r)
+            } else {
+                SubmitOutcome::IdReused(r)
+            }))
         }
         s => refusal(s, m.retry_after_ms).ok_or_else(|| ReplyError::Status(s.to_owned())),
+    }
+}
+
+/// [`submit`] for the event `id` of `key`, also holding the held record to the status: a
+/// `DUPLICATE` holds this key, an `ID_REUSED` another one.
+///
+/// # Errors
+/// As [`submit`], and [`ReplyError::Inconsistent`] when the record's key contradicts the
+/// status.
+pub fn submit_of(
+    value: &Value,
+    gate: &GateSettings,
+    id: &EventId,
+    key: &EventKey,
+) -> Result<GateOutcome<SubmitOutcome>, ReplyError> {
+    let outcome = submit(value, gate, id)?;
+    match outcome.evaluated() {
+        Some(SubmitOutcome::Duplicate(r)) if &r.key != key => Err(ReplyError::Inconsistent(
+            "a duplicate holds another key than the submission's",
+        )),
+        Some(SubmitOutcome::IdReused(r)) if &r.key == key => Err(ReplyError::Inconsistent(
+            "a reused id holds the submission's own key",
+        )),
+        _ => Ok(outcome),
     }
 }
 
@@ -485,6 +513,10 @@ mod tests {
         EventId::new(s).expect("valid id")
     }
 
+    fn key(s: &str) -> EventKey {
+        EventKey::new(s).expect("valid key")
+    }
+
     fn reply(status: &str, eff: i64, clock: i64, n: i64, retry: i64, last: Value) -> Value {
         Value::Array(vec![
             bulk(status),
@@ -557,6 +589,27 @@ mod tests {
             bulk("P:5:1000:1300:1301:taco"),
         );
         assert!(submit(&lying, &gate(), &id("e1")).is_err());
+    }
+
+    #[test]
+    fn a_reused_id_carries_the_held_record_and_must_hold_another_key() {
+        let held = || bulk("S:5:1000:1300::alpha");
+        let r = reply("ID_REUSED", 2000, 5, 1300, 0, held());
+        match submit_of(&r, &gate(), &id("dup-1"), &key("beta")) {
+            Ok(GateOutcome::Evaluated(SubmitOutcome::IdReused(rec))) => {
+                assert_eq!(rec.key.as_str(), "alpha");
+                assert_eq!(rec.status, EventStatus::Submitted);
+            }
+            other => panic!("{other:?}"),
+        }
+        // The status and the record's key must agree with the submission's key.
+        assert!(submit_of(&r, &gate(), &id("dup-1"), &key("alpha")).is_err());
+        let dup = reply("DUPLICATE", 2000, 5, 1300, 0, held());
+        assert!(submit_of(&dup, &gate(), &id("dup-1"), &key("beta")).is_err());
+        assert!(matches!(
+            submit_of(&dup, &gate(), &id("dup-1"), &key("alpha")),
+            Ok(GateOutcome::Evaluated(SubmitOutcome::Duplicate(_)))
+        ));
     }
 
     #[test]

@@ -28,6 +28,9 @@
 //! - **Duplicates.** An id the gate still holds (incubating or retained) is answered with
 //!   [`SubmitOutcome::Duplicate`] and changes nothing, not even the clock: a retried submission
 //!   is safe. Rejected events are not held, so a retried rejected event is a new receipt.
+//!   An id the gate holds for *another* key is answered with [`SubmitOutcome::IdReused`]
+//!   (the held record) and changes nothing either: the submission is a client error, never
+//!   a success.
 //! - **Bounds.** At most `max_events` events and `max_events` live key windows; a submission
 //!   that would exceed either is refused with [`GateError::Full`] (nothing changes; a
 //!   submission that is rejected needs no room and is still answered). Terminal events are
@@ -148,16 +151,21 @@ pub enum SubmitOutcome {
     /// gate knows about it now. A retried submission whose event still incubates thus gets
     /// the same clock it got the first time.
     Duplicate(EventRecord),
+    /// The gate holds an event with this id but another key: the submission is a client
+    /// error, not a retry. Nothing changed (not even the clock) and the event of this key was
+    /// not received; this is the held event, whose key names the conflict.
+    IdReused(EventRecord),
 }
 
 impl SubmitOutcome {
-    /// The clock value of the answer (for a duplicate, of the event's latest change).
+    /// The clock value of the answer (for a duplicate or a reused id, of the held event's
+    /// latest change).
     pub fn clock(&self) -> GateClock {
         match self {
             SubmitOutcome::Submitted { clock, .. } | SubmitOutcome::Rejected { clock, .. } => {
                 *clock
             }
-            SubmitOutcome::Duplicate(record) => record.clock,
+            SubmitOutcome::Duplicate(record) | SubmitOutcome::IdReused(record) => record.clock,
         }
     }
 }
@@ -353,8 +361,13 @@ impl GateState {
     ) -> Result<Submission, GateError> {
         let now = self.effective_now(now_ms)?;
         if let Some(existing) = self.events.get(&id) {
+            let outcome = if existing.key == key {
+                SubmitOutcome::Duplicate(existing.clone())
+            } else {
+                SubmitOutcome::IdReused(existing.clone())
+            };
             return Ok(Submission {
-                outcome: SubmitOutcome::Duplicate(existing.clone()),
+                outcome,
                 update: None,
                 now_ms: now,
             });
