@@ -16,6 +16,7 @@
 //! | | the command catalogue (every command sent, as ACL rules name it) | [`commands`] |
 //! | | the RESP2 codec: encoding commands, parsing replies (pure) | `resp` |
 //! | | the strict reply parser of the rate-limit programs (pure) | [`reply`] |
+//! | | the RESP2 parser as the fuzz targets in `tests/` call it (hidden, not API) | `fuzzing` |
 //! | | what the background tasks share (handles, the last error) | `background` |
 //! | programs | one [`script::Script`] type for every embedded Lua program | [`script`] |
 //! | | the rate-limit programs and their arguments | [`programs`] |
@@ -54,6 +55,8 @@ mod connection;
 mod dial;
 pub mod error;
 pub mod failure;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod gate;
 pub mod keys;
 mod pool;

@@ -8,6 +8,12 @@ use redis::Value;
 /// Nesting beyond this is refused (the deepest reply read here, `CLUSTER SLOTS`, has 3).
 const MAX_DEPTH: usize = 16;
 
+/// Most elements an array reserves room for before they arrive; a longer one grows as they
+/// do. Without the bound, each unfinished level of a nested array announcing a huge length
+/// reserved room for all the bytes that followed, one value (56 bytes) per 3 bytes, at every
+/// level at once: 16 levels over 4 MiB of input held over 1 GiB.
+const MAX_RESERVED_ITEMS: usize = 1024;
+
 /// Appends a RESP array header.
 pub(crate) fn write_array(out: &mut Vec<u8>, len: usize) {
     out.push(b'*');
@@ -111,8 +117,10 @@ fn parse_at(bytes: &[u8], depth: usize) -> Result<Option<(Value, usize)>, ParseE
                 return Ok(Some((Value::Nil, after_line)));
             }
             let len = usize::try_from(len).map_err(|_| number(line))?;
-            // Every element takes at least 3 bytes: no allocation beyond what arrived.
-            let mut items = Vec::with_capacity(len.min((bytes.len() - after_line) / 3));
+            // Every element takes at least 3 bytes: no allocation beyond what arrived, and
+            // at most `MAX_RESERVED_ITEMS` ahead of it.
+            let arrived = (bytes.len() - after_line) / 3;
+            let mut items = Vec::with_capacity(len.min(arrived).min(MAX_RESERVED_ITEMS));
             let mut at = after_line;
             for _ in 0..len {
                 match parse_at(&bytes[at..], depth + 1)? {

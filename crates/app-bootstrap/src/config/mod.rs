@@ -126,7 +126,7 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
                     } else {
                         e.path.join(".")
                     },
-                    problem: e.kind.to_string(),
+                    problem: without_source_lines(&e.kind.to_string()),
                 })
                 .collect(),
         )
@@ -154,8 +154,23 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
 pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
     let root: Dict = Figment::from(Toml::string(text))
         .extract()
-        .map_err(|e| ConfigErrors::file(e.to_string()))?;
+        .map_err(|e| ConfigErrors::file(without_source_lines(&e.to_string())))?;
     validate(&root, None)
+}
+
+/// A TOML syntax error without the lines of the file it quotes (`3 | password = "..."`):
+/// the line it names may hold a secret. The position and the reason stay.
+fn without_source_lines(error: &str) -> String {
+    error
+        .lines()
+        .filter(|l| {
+            let l = l
+                .trim_start()
+                .trim_start_matches(|c: char| c.is_ascii_digit());
+            !l.trim_start().starts_with('|')
+        })
+        .collect::<Vec<_>>()
+        .join("\n")
 }
 
 /// Validates a merged configuration tree. `base` resolves relative secret file paths (the
