@@ -5,7 +5,8 @@
 //!
 //! Every error the app answers is `application/problem+json` (RFC 9457): the handlers' own,
 //! and those the framework would write otherwise, which [`HygieneLayer`] rewrites: 405
-//! (empty in axum; `Allow` kept), extractor rejections such as 413 for a body over the limit
+//! (empty in axum; `Allow` kept), extractor rejections such as 413 for a body over
+//! `http.max_body_bytes`
 //! or 400 for a path parameter that is not UTF-8 (text/plain in axum). The same layer bounds
 //! the request head, before routing and before the rate limiter: a request target over
 //! [`MAX_URI_BYTES`](crate::hygiene::MAX_URI_BYTES) is 414, a header section over
@@ -21,10 +22,10 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use app_bootstrap::RouteSettings;
+use app_bootstrap::{HttpSettings, RouteSettings};
 use axum::Router;
 use axum::body::Body;
-use axum::extract::ConnectInfo;
+use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
 use axum::routing::{get, post};
@@ -117,21 +118,20 @@ pub fn router_with_gates(
         .layer(HygieneLayer)
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then drains in-flight requests.
+/// Serves `router` on `listener` with the `[http]` limits of `http` (timeouts, connection
+/// cap: [`crate::listener`]; body limit: a body over `max_body_bytes` is 413 problem+json)
+/// until `shutdown` resolves, then drains in-flight requests.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    http: &HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        router.into_make_service_with_connect_info::<SocketAddr>(),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    let router = router.layer(DefaultBodyLimit::max(http.max_body_bytes));
+    crate::listener::serve(listener, router, http.into(), shutdown).await
 }
 
 /// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on the
