@@ -45,29 +45,67 @@ pub struct HttpSettings {
     /// can do with fewer (docs/performance.md, "One worker thread, and the load generator's own
     /// cost").
     pub worker_threads: Option<usize>,
+    /// How long a client has to send a complete request head; then the connection is closed.
+    pub header_read_timeout: Duration,
+    /// How long a connection may pass without a byte read or written before it is closed.
+    pub idle_timeout: Duration,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// The largest request body the routes read (larger: 413).
+    pub max_body_bytes: usize,
 }
 
 impl HttpSettings {
     /// The most `http.worker_threads` accepts.
     pub const MAX_WORKER_THREADS: usize = 1024;
+    /// The longest `header_read_timeout` and `idle_timeout` accepted.
+    pub const MAX_TIMEOUT: Duration = Duration::from_secs(3600);
+    /// The most `http.max_connections` accepts.
+    pub const MAX_CONNECTIONS: usize = 1_000_000;
+    /// The most `http.max_body_bytes` accepts (16 MiB).
+    pub const MAX_BODY_BYTES: usize = 16 * 1024 * 1024;
 
     /// Checks the fields' bounds.
     ///
     /// # Errors
-    /// [`PolicyErrors`] naming `worker_threads` when it is outside
-    /// `1..=`[`Self::MAX_WORKER_THREADS`].
+    /// [`PolicyErrors`] with one entry per field out of bounds: `worker_threads` outside
+    /// `1..=`[`Self::MAX_WORKER_THREADS`], a timeout of zero or over [`Self::MAX_TIMEOUT`],
+    /// `max_connections` outside `1..=`[`Self::MAX_CONNECTIONS`], `max_body_bytes` outside
+    /// `1..=`[`Self::MAX_BODY_BYTES`].
     pub fn validate(&self) -> Result<(), PolicyErrors> {
-        match self.worker_threads {
-            Some(n) if !(1..=Self::MAX_WORKER_THREADS).contains(&n) => {
-                Err(PolicyErrors(vec![PolicyError {
-                    field: "worker_threads",
-                    problem: format!(
-                        "must be between 1 and {}, got {n}",
-                        Self::MAX_WORKER_THREADS
-                    ),
-                }]))
+        let mut errors = Vec::new();
+        let mut within = |field: &'static str, n: usize, max: usize| {
+            if !(1..=max).contains(&n) {
+                errors.push(PolicyError {
+                    field,
+                    problem: format!("must be between 1 and {max}, got {n}"),
+                });
             }
-            _ => Ok(()),
+        };
+        if let Some(n) = self.worker_threads {
+            within("worker_threads", n, Self::MAX_WORKER_THREADS);
+        }
+        within(
+            "max_connections",
+            self.max_connections,
+            Self::MAX_CONNECTIONS,
+        );
+        within("max_body_bytes", self.max_body_bytes, Self::MAX_BODY_BYTES);
+        for (field, d) in [
+            ("header_read_timeout", self.header_read_timeout),
+            ("idle_timeout", self.idle_timeout),
+        ] {
+            if d.is_zero() || d > Self::MAX_TIMEOUT {
+                errors.push(PolicyError {
+                    field,
+                    problem: format!("must be > 0 and <= 1h, got {d:?}"),
+                });
+            }
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyErrors(errors))
         }
     }
 }
@@ -77,6 +115,10 @@ impl Default for HttpSettings {
         Self {
             bind: SocketAddr::from(([127, 0, 0, 1], 8080)),
             worker_threads: None,
+            header_read_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            max_connections: 10_000,
+            max_body_bytes: 65_536,
         }
     }
 }
@@ -222,5 +264,49 @@ impl RouteSettings {
             return Err(format!("{prefix:?} must be a path starting with '/'"));
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn fields(s: &HttpSettings) -> Vec<&'static str> {
+        s.validate()
+            .err()
+            .map(|e| e.0.into_iter().map(|p| p.field).collect())
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn http_defaults_are_valid_and_each_listener_bound_is_checked() {
+        let ok = HttpSettings::default();
+        assert_eq!(fields(&ok), Vec::<&str>::new());
+        let bad = HttpSettings {
+            header_read_timeout: Duration::ZERO,
+            idle_timeout: HttpSettings::MAX_TIMEOUT + Duration::from_millis(1),
+            max_connections: 0,
+            max_body_bytes: HttpSettings::MAX_BODY_BYTES + 1,
+            ..ok.clone()
+        };
+        let mut got = fields(&bad);
+        got.sort_unstable();
+        assert_eq!(
+            got,
+            [
+                "header_read_timeout",
+                "idle_timeout",
+                "max_body_bytes",
+                "max_connections"
+            ]
+        );
+        let edge = HttpSettings {
+            header_read_timeout: Duration::from_millis(1),
+            idle_timeout: HttpSettings::MAX_TIMEOUT,
+            max_connections: 1,
+            max_body_bytes: HttpSettings::MAX_BODY_BYTES,
+            ..ok
+        };
+        assert_eq!(fields(&edge), Vec::<&str>::new());
     }
 }

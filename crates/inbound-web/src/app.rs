@@ -4,10 +4,11 @@
 //! ## Error bodies
 //!
 //! Every error the app answers is `application/problem+json` (RFC 9457): the handlers' own,
-//! and those the framework would write otherwise, which [`MakeHygiene`] rewrites: 405
-//! (empty in axum; `Allow` kept), extractor rejections such as 413 for a body over the limit
-//! or 400 for a path parameter that is not UTF-8 (text/plain in axum). The same layer bounds
-//! the request head, before routing and before the rate limiter: a request target over
+//! and those the framework would write otherwise, which [`Hygiene`](crate::hygiene::Hygiene)
+//! rewrites: 405 (empty in axum; `Allow` kept), extractor rejections such as 413 for a body
+//! over `http.max_body_bytes` or 400 for a path parameter that is not UTF-8 (text/plain in
+//! axum). The same layer bounds the request head, before routing and before the rate
+//! limiter: a request target over
 //! [`MAX_URI_BYTES`](crate::hygiene::MAX_URI_BYTES) is 414, a header section over
 //! [`MAX_HEADER_BYTES`](crate::hygiene::MAX_HEADER_BYTES) is 431, both problem+json and
 //! charged nothing.
@@ -21,7 +22,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
-use app_bootstrap::RouteSettings;
+use app_bootstrap::{HttpSettings, RouteSettings};
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
@@ -33,7 +34,6 @@ use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
 use crate::gates::GateApi;
-use crate::hygiene::MakeHygiene;
 
 /// The peer address [`serve`] records for each connection, for `ip` subjects.
 fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
@@ -118,23 +118,20 @@ pub fn router_with_gates(
     api.with_state(state).merge(crate::gates::router(gates))
 }
 
-/// Serves `router` on `listener` until `shutdown` resolves, then drains in-flight requests.
-/// Each connection's service is wrapped in [`Hygiene`](crate::hygiene::Hygiene): the head
-/// bounds and problem+json for the framework's errors.
+/// Serves `router` on `listener` with the `[http]` limits of `http` (timeouts, connection
+/// cap, body limit: [`crate::listener`]; each connection's service is wrapped in
+/// [`Hygiene`](crate::hygiene::Hygiene): the head bounds and problem+json for the
+/// framework's errors) until `shutdown` resolves, then drains in-flight requests.
 ///
 /// # Errors
 /// The I/O error that stopped the server.
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    http: &HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    axum::serve(
-        listener,
-        MakeHygiene(router.into_make_service_with_connect_info::<SocketAddr>()),
-    )
-    .with_graceful_shutdown(shutdown)
-    .await
+    crate::listener::serve(listener, router, http.into(), shutdown).await
 }
 
 /// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on the

@@ -2,8 +2,9 @@
 //! responses (axum's empty 405, its text/plain extractor rejections) into problem+json.
 //!
 //! It is a plain tower service with a nameable future, put around each connection's service
-//! ([`MakeHygiene`]) rather than through `Router::layer` or `axum::middleware::from_fn` and
-//! `map_response`: those box a future and clone a service per request. As
+//! by the listener (`crate::listener`) rather than through `Router::layer` or
+//! `axum::middleware::from_fn` and `map_response`: those box a future and clone a service per
+//! request. As
 //! `from_fn`/`map_response` the two checks cost 1.16x the server CPU per `/v1/evaluate`
 //! request; as a `Router::layer`, 3 allocations and about 1,900 instructions per request
 //! (callgrind). Around the connection they add a header walk and a status check; only a
@@ -17,7 +18,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::problem;
-use futures::future::{BoxFuture, Either, FutureExt as _, MapOk, Then, TryFutureExt as _};
+use futures::future::{BoxFuture, Either, FutureExt as _, Then};
 use tower::{Layer, Service};
 
 /// Longest request target (path and query) the app reads; longer is 414. As nginx's default
@@ -41,29 +42,7 @@ impl<S> Layer<S> for HygieneLayer {
     }
 }
 
-/// Wraps every connection's service that a make-service (such as
-/// `Router::into_make_service_with_connect_info`) returns in [`Hygiene`].
-#[derive(Debug, Clone)]
-pub struct MakeHygiene<M>(pub M);
-
-impl<M, T> Service<T> for MakeHygiene<M>
-where
-    M: Service<T>,
-{
-    type Response = Hygiene<M::Response>;
-    type Error = M::Error;
-    type Future = MapOk<M::Future, fn(M::Response) -> Hygiene<M::Response>>;
-
-    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        self.0.poll_ready(cx)
-    }
-
-    fn call(&mut self, target: T) -> Self::Future {
-        self.0.call(target).map_ok(|inner| Hygiene { inner })
-    }
-}
-
-/// The service of [`HygieneLayer`] and [`MakeHygiene`].
+/// The service of [`HygieneLayer`].
 #[derive(Debug, Clone)]
 pub struct Hygiene<S> {
     inner: S,
@@ -72,9 +51,9 @@ pub struct Hygiene<S> {
 type Answer = Result<Response, Infallible>;
 type Checked = Either<Ready<Answer>, BoxFuture<'static, Answer>>;
 
-impl<S> Service<Request<Body>> for Hygiene<S>
+impl<S, B> Service<Request<B>> for Hygiene<S>
 where
-    S: Service<Request<Body>, Response = Response, Error = Infallible>,
+    S: Service<Request<B>, Response = Response, Error = Infallible>,
 {
     type Response = Response;
     type Error = Infallible;
@@ -84,7 +63,7 @@ where
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<Body>) -> Self::Future {
+    fn call(&mut self, req: Request<B>) -> Self::Future {
         match refused_head(&req) {
             Some(refusal) => Either::Left(ready(Ok(refusal))),
             None => Either::Right(self.inner.call(req).then(check_response as fn(_) -> _)),
@@ -93,7 +72,7 @@ where
 }
 
 /// The refusal of a request whose head is over the app's bounds, if it is.
-fn refused_head(req: &Request<Body>) -> Option<Response> {
+fn refused_head<B>(req: &Request<B>) -> Option<Response> {
     let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if target > MAX_URI_BYTES {
         let detail =

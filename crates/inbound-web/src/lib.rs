@@ -25,6 +25,7 @@ pub mod api;
 pub mod app;
 pub mod gates;
 pub mod hygiene;
+pub mod listener;
 pub mod stream;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.

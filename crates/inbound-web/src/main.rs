@@ -132,7 +132,7 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
         .map_or_else(|_| settings.http.bind.to_string(), |a| a.to_string());
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
-    let served = inbound_web::app::serve(listener, router, shutdown).await;
+    let served = inbound_web::app::serve(listener, router, &settings.http, shutdown).await;
     if let Some(g) = &gates {
         // Open streams end with the server; the publisher stops after its current call.
         g.shutdown().await;

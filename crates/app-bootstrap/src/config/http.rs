@@ -1,10 +1,11 @@
-//! `[http]`: where the reference app listens and how many worker threads serve it.
+//! `[http]`: where the reference app listens, how many worker threads serve it, and the
+//! listener's limits (timeouts, connections, body size).
 
 use std::net::SocketAddr;
 
 use figment::value::Value;
 
-use super::reader::{Check, Key, Toml, read_section, render_section};
+use super::reader::{Check, Key, Toml, key, read_section, render_section};
 use crate::settings::HttpSettings;
 
 pub(super) const P: &str = "http";
@@ -32,6 +33,10 @@ const KEYS: &[Key<HttpSettings>] = &[
             None => o.line("# worker_threads: one per CPU"),
         },
     },
+    key!("header_read_timeout", header_read_timeout),
+    key!("idle_timeout", idle_timeout),
+    key!("max_connections", max_connections),
+    key!("max_body_bytes", max_body_bytes),
 ];
 
 fn address(c: &mut Check, path: &str, v: &Value) -> Option<SocketAddr> {
