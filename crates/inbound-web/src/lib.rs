@@ -26,6 +26,7 @@ pub mod app;
 pub mod gates;
 pub mod hygiene;
 pub mod stream;
+pub mod subscribers;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.
 pub use edge_middleware::{Limiter, RateLimit, RateLimitLayer, Rule};
