@@ -7,7 +7,6 @@ mod common;
 use std::time::Duration;
 
 use common::App;
-use futures::SinkExt as _;
 use inbound_web::subscribers::MAX_SUBSCRIBERS_PER_GATE;
 use tokio_tungstenite::tungstenite::Error as WsError;
 
