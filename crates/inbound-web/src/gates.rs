@@ -37,6 +37,7 @@ use shared_contract::gate::{
 pub struct GateApi {
     runtime: Option<Arc<GateRuntime>>,
     ids: IdMaker,
+    subscribers: Arc<crate::subscribers::Subscribers>,
 }
 
 impl GateApi {
@@ -45,7 +46,16 @@ impl GateApi {
         Self {
             runtime,
             ids: IdMaker::new(),
+            subscribers: crate::subscribers::Subscribers::new(
+                crate::subscribers::MAX_SUBSCRIBERS_PER_GATE,
+                crate::subscribers::MAX_SUBSCRIBERS,
+            ),
         }
+    }
+
+    /// The live stream subscribers and their bounds.
+    pub fn subscribers(&self) -> &Arc<crate::subscribers::Subscribers> {
+        &self.subscribers
     }
 
     pub fn runtime(&self) -> Option<&Arc<GateRuntime>> {

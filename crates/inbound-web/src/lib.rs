@@ -27,6 +27,7 @@ pub mod gates;
 pub mod hygiene;
 pub mod listener;
 pub mod stream;
+pub mod subscribers;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.
 pub use edge_middleware::{Limiter, RateLimit, RateLimitLayer, Rule};

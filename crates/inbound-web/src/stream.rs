@@ -4,7 +4,15 @@
 //! Frames, in clock order: first `{"type":"snapshot","clock","incubating"}`, then one
 //! `{"type":"status","id","key","status","clock","at_ms","publish_at_ms"}` per update,
 //! pulled with `updates_after(cursor)`; a fresh snapshot every [`SNAPSHOT_INTERVAL`] and
-//! whenever the provider answers `Resync` (the updates after the cursor are gone).
+//! whenever the provider answers `Resync` (the updates after the cursor are gone). The stream
+//! is lossless ([`shared_contract::gate::Feed`]): a periodic snapshot comes after every update
+//! up to its clock, and after a resync the terminal status of each event the subscriber held
+//! comes before the fresh snapshot.
+//!
+//! Bounds: at most [`MAX_SUBSCRIBERS_PER_GATE`] subscribers per gate and [`MAX_SUBSCRIBERS`]
+//! in total (beyond either the upgrade is refused with 503 problem+json); the server pings
+//! every [`PING_INTERVAL`] and closes a peer it heard nothing from (not even a pong) for
+//! [`IDLE_TIMEOUT`] with code [`CLOSE_IDLE`] (1001).
 //!
 //! A client that asks for the `v12.stomp` subprotocol gets the same frames as bodies of
 //! STOMP 1.2 `MESSAGE` frames after `CONNECT` and `SUBSCRIBE` to `/topic/gates/{gate}`
@@ -22,6 +30,7 @@
 
 use std::num::NonZeroUsize;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use app_bootstrap::GateRuntime;
@@ -34,13 +43,19 @@ use edge_middleware::problem;
 use futures::stream::SplitSink;
 use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
-use shared_contract::Deadline;
-use shared_contract::gate::{GateClock, GateId, GateOutcome, UpdateBatch};
+use shared_contract::gate::{Feed, FeedTiming, Frame, GateId, Step};
 
 use crate::gates::{GateApi, snapshot_json, status_json};
+pub use crate::subscribers::{MAX_SUBSCRIBERS, MAX_SUBSCRIBERS_PER_GATE, Subscribers};
 
 /// How often a subscriber gets a fresh snapshot without asking.
 pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
+/// How often the server pings the peer.
+pub const PING_INTERVAL: Duration = Duration::from_secs(15);
+/// A peer from which nothing (no pong, no frame) arrived for this long is closed as dead.
+pub const IDLE_TIMEOUT: Duration = Duration::from_secs(45);
+/// Close code for an idle (dead) peer (1001, going away).
+pub const CLOSE_IDLE: u16 = 1001;
 /// How long one frame may wait for the socket before the subscriber is closed as slow.
 pub const SEND_TIMEOUT: Duration = Duration::from_secs(2);
 /// Close code for a slow subscriber (1008, policy violation).
@@ -63,8 +78,12 @@ pub(crate) async fn stream(
         Ok(ws) => ws.protocols([STOMP_PROTOCOL]),
         Err(rejection) => return not_an_upgrade(&rejection),
     };
+    let Some(permit) = api.subscribers().admit(&gate) else {
+        return too_many_subscribers(&gate);
+    };
     let stomp = ws.selected_protocol().is_some();
     ws.on_upgrade(move |socket| async move {
+        let _permit = permit;
         if stomp {
             serve_stomp(socket, rt, gate).await;
         } else {
@@ -105,6 +124,23 @@ fn not_an_upgrade(rejection: &WebSocketUpgradeRejection) -> Response {
             HeaderValue::from_static("13"),
         );
     }
+    response
+}
+
+/// The 503 answer when the gate or the process has its most subscribers.
+fn too_many_subscribers(gate: &GateId) -> Response {
+    let detail = format!(
+        "gate {gate} has {MAX_SUBSCRIBERS_PER_GATE} subscribers or the server \
+         {MAX_SUBSCRIBERS}: try again later"
+    );
+    let mut response = problem::about_blank(
+        StatusCode::SERVICE_UNAVAILABLE,
+        Some("too_many_subscribers"),
+        Some(&detail),
+    );
+    response
+        .headers_mut()
+        .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
     response
 }
 
@@ -153,8 +189,11 @@ enum End {
 type Sink = SplitSink<WebSocket, Message>;
 
 async fn send(sink: &mut Sink, framing: &mut Framing, frame: &Value) -> Result<(), End> {
-    let text = framing.wrap(frame);
-    match tokio::time::timeout(SEND_TIMEOUT, sink.send(Message::Text(text.into()))).await {
+    send_message(sink, Message::Text(framing.wrap(frame).into())).await
+}
+
+async fn send_message(sink: &mut Sink, message: Message) -> Result<(), End> {
+    match tokio::time::timeout(SEND_TIMEOUT, sink.send(message)).await {
         Ok(Ok(())) => Ok(()),
         Ok(Err(_)) => Err(End::Gone),
         Err(_) => Err(End::Close(
@@ -170,12 +209,15 @@ async fn send(sink: &mut Sink, framing: &mut Framing, frame: &Value) -> Result<(
 async fn serve(socket: WebSocket, mut framing: Framing, rt: Arc<GateRuntime>, gate: GateId) {
     let stomp = matches!(framing, Framing::Stomp { .. });
     let (mut sink, mut incoming) = socket.split();
+    let peer = Arc::new(Peer::new());
+    let heard = peer.clone();
     // The reader notices the peer going away (axum answers pings itself) and, under STOMP,
     // a DISCONNECT, whose receipt id it hands back.
     let (gone_tx, mut gone) = tokio::sync::oneshot::channel::<Option<String>>();
     let reader = tokio::spawn(async move {
         let mut receipt = None;
         while let Some(m) = incoming.next().await {
+            heard.heard();
             match m {
                 Err(_) | Ok(Message::Close(_)) => break,
                 Ok(Message::Text(t)) if stomp => {
@@ -192,7 +234,7 @@ async fn serve(socket: WebSocket, mut framing: Framing, rt: Arc<GateRuntime>, ga
         let _ = gone_tx.send(receipt);
     });
     let end = tokio::select! {
-        end = pump(&mut sink, &mut framing, &rt, &gate) => end,
+        end = pump(&mut sink, &mut framing, &rt, &gate, &peer) => end,
         r = &mut gone => match r {
             Ok(Some(receipt)) => {
                 if let Some(frame) = receipt_for(&receipt) {
@@ -214,100 +256,101 @@ async fn serve(socket: WebSocket, mut framing: Framing, rt: Arc<GateRuntime>, ga
     reader.abort();
 }
 
-/// Sends a snapshot; answers its clock.
-async fn send_snapshot(
+/// The JSON frame of one feed frame.
+fn frame_json(frame: &Frame) -> Value {
+    match frame {
+        Frame::Snapshot(s) => {
+            let mut json = snapshot_json(s);
+            json["type"] = "snapshot".into();
+            json
+        }
+        Frame::Status(u) => status_json(u),
+    }
+}
+
+async fn pump(
     sink: &mut Sink,
     framing: &mut Framing,
     rt: &GateRuntime,
     gate: &GateId,
-) -> Result<Option<GateClock>, End> {
-    let deadline = Deadline::within(rt.budget()).map_err(|e| End::Close(1011, e.to_string()))?;
-    match rt.port().snapshot(gate, deadline).await {
-        Ok(GateOutcome::Evaluated(s)) => {
-            let mut frame = snapshot_json(&s);
-            frame["type"] = "snapshot".into();
-            send(sink, framing, &frame).await?;
-            Ok(Some(s.clock))
-        }
-        Ok(GateOutcome::Incompatible { category }) => Err(End::Close(
-            1011,
-            format!("gate state incompatible ({})", category.as_str()),
-        )),
-        Ok(other) => {
-            wait_after(&other).await;
-            Ok(None)
-        }
-        Err(e) => Err(End::Close(1011, e.to_string())),
-    }
-}
-
-/// Waits out a provider that could not answer (bounded, so the loop stays responsive).
-async fn wait_after<T>(outcome: &GateOutcome<T>) {
-    let ms = match outcome {
-        GateOutcome::Unavailable { retry_after_ms, .. }
-        | GateOutcome::Indeterminate { retry_after_ms } => *retry_after_ms,
-        _ => 100,
-    };
-    tokio::time::sleep(Duration::from_millis(ms.clamp(10, 1000))).await;
-}
-
-async fn pump(sink: &mut Sink, framing: &mut Framing, rt: &GateRuntime, gate: &GateId) -> End {
-    match pump_inner(sink, framing, rt, gate).await {
+    peer: &Peer,
+) -> End {
+    match pump_inner(sink, framing, rt, gate, peer).await {
         Ok(never) => match never {},
         Err(end) => end,
     }
 }
 
+/// Sends what the gate's [`Feed`] hands out (lossless: see its documentation), pings the
+/// peer every [`PING_INTERVAL`] and closes an idle one.
 async fn pump_inner(
     sink: &mut Sink,
     framing: &mut Framing,
     rt: &GateRuntime,
     gate: &GateId,
+    peer: &Peer,
 ) -> Result<std::convert::Infallible, End> {
     let max = NonZeroUsize::new(BATCH).unwrap_or(NonZeroUsize::MIN);
-    // `None`: no snapshot sent yet (or a resync is due).
-    let mut cursor: Option<GateClock> = None;
-    let mut last_snapshot = Instant::now();
+    let timing = FeedTiming {
+        snapshot_interval: SNAPSHOT_INTERVAL,
+        budget: rt.budget(),
+        pull_wait: PULL_WAIT,
+    };
+    let mut feed = Feed::new(gate.clone(), max, timing);
+    let mut next_ping = PING_INTERVAL;
     loop {
-        let Some(after) = cursor else {
-            cursor = send_snapshot(sink, framing, rt, gate).await?;
-            last_snapshot = Instant::now();
-            continue;
-        };
-        if last_snapshot.elapsed() >= SNAPSHOT_INTERVAL {
-            last_snapshot = Instant::now();
-            // A snapshot read before an update already sent would go back in time: skip it.
-            let deadline =
-                Deadline::within(rt.budget()).map_err(|e| End::Close(1011, e.to_string()))?;
-            if let Ok(GateOutcome::Evaluated(s)) = rt.port().snapshot(gate, deadline).await
-                && s.clock >= after
-            {
-                let mut frame = snapshot_json(&s);
-                frame["type"] = "snapshot".into();
-                send(sink, framing, &frame).await?;
-                cursor = Some(s.clock);
-                continue;
-            }
-        }
-        let deadline = Deadline::within(PULL_WAIT.max(rt.budget()))
-            .map_err(|e| End::Close(1011, e.to_string()))?;
-        match rt.port().updates_after(gate, after, max, deadline).await {
-            Ok(GateOutcome::Evaluated(UpdateBatch::Updates(updates))) => {
-                for u in &updates {
-                    send(sink, framing, &status_json(u)).await?;
-                    cursor = Some(u.clock);
-                }
-            }
-            Ok(GateOutcome::Evaluated(UpdateBatch::Resync)) => cursor = None,
-            Ok(GateOutcome::Incompatible { category }) => {
+        let now = peer.since_start();
+        if now >= next_ping {
+            if now.saturating_sub(peer.last_heard()) >= IDLE_TIMEOUT {
                 return Err(End::Close(
-                    1011,
-                    format!("gate state incompatible ({})", category.as_str()),
+                    CLOSE_IDLE,
+                    format!(
+                        "idle peer: nothing received within {} s",
+                        IDLE_TIMEOUT.as_secs()
+                    ),
                 ));
             }
-            Ok(other) => wait_after(&other).await,
+            next_ping = now + PING_INTERVAL;
+            send_message(sink, Message::Ping(Vec::new().into())).await?;
+        }
+        let now_ms = u64::try_from(now.as_millis()).unwrap_or(u64::MAX);
+        match feed.step(rt.port().as_ref(), now_ms).await {
+            Ok(Step::Send(frames)) => {
+                for f in &frames {
+                    send(sink, framing, &frame_json(f)).await?;
+                }
+            }
+            Ok(Step::Wait(wait)) => tokio::time::sleep(wait).await,
             Err(e) => return Err(End::Close(1011, e.to_string())),
         }
+    }
+}
+
+/// When the peer was last heard from (any frame, a pong included).
+struct Peer {
+    start: Instant,
+    last_heard_ms: AtomicU64,
+}
+
+impl Peer {
+    fn new() -> Self {
+        Self {
+            start: Instant::now(),
+            last_heard_ms: AtomicU64::new(0),
+        }
+    }
+
+    fn since_start(&self) -> Duration {
+        self.start.elapsed()
+    }
+
+    fn heard(&self) {
+        let ms = u64::try_from(self.start.elapsed().as_millis()).unwrap_or(u64::MAX);
+        self.last_heard_ms.store(ms, Ordering::Relaxed);
+    }
+
+    fn last_heard(&self) -> Duration {
+        Duration::from_millis(self.last_heard_ms.load(Ordering::Relaxed))
     }
 }
 

@@ -6,14 +6,17 @@
 //! - [`model`]: the reference state machine, [`GateState`], the single source of truth that
 //!   the local provider runs and the Redis Lua programs mirror;
 //! - [`replica`]: a subscriber's snapshot-plus-deltas copy, [`Replica`];
+//! - [`feed`]: the lossless cursor of one subscriber, [`Feed`] (which frames to send next);
 //! - [`port`]: the async [`EventGatePort`] and its honest [`GateOutcome`].
 
+pub mod feed;
 pub mod ids;
 pub mod model;
 pub mod port;
 pub mod replica;
 pub mod settings;
 
+pub use feed::{Feed, FeedError, FeedTiming, Frame, Step};
 pub use ids::{EventId, EventKey, GateClock, GateId, GateValueError};
 pub use model::{
     EventRecord, EventStatus, GateError, GateState, IncubatingEvent, Snapshot, StatusUpdate,
