@@ -18,7 +18,7 @@ use axum::body::Body;
 use axum::http::{HeaderValue, Request, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::problem;
-use futures::future::{BoxFuture, Either, FutureExt as _, Then};
+use futures::future::{Either, FutureExt as _, Map};
 use tower::{Layer, Service};
 
 /// Longest request target (path and query) the app reads; longer is 414. As nginx's default
@@ -49,30 +49,29 @@ pub struct Hygiene<S> {
 }
 
 type Answer = Result<Response, Infallible>;
-type Checked = Either<Ready<Answer>, BoxFuture<'static, Answer>>;
 
-impl<S, B> Service<Request<B>> for Hygiene<S>
+impl<S> Service<Request<Body>> for Hygiene<S>
 where
-    S: Service<Request<B>, Response = Response, Error = Infallible>,
+    S: Service<Request<Body>, Response = Response, Error = Infallible>,
 {
     type Response = Response;
     type Error = Infallible;
-    type Future = Either<Ready<Answer>, Then<S::Future, Checked, fn(Answer) -> Checked>>;
+    type Future = Either<Ready<Answer>, Map<S::Future, fn(Answer) -> Answer>>;
 
     fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
         self.inner.poll_ready(cx)
     }
 
-    fn call(&mut self, req: Request<B>) -> Self::Future {
+    fn call(&mut self, req: Request<Body>) -> Self::Future {
         match refused_head(&req) {
             Some(refusal) => Either::Left(ready(Ok(refusal))),
-            None => Either::Right(self.inner.call(req).then(check_response as fn(_) -> _)),
+            None => Either::Right(self.inner.call(req).map(check_response as fn(_) -> _)),
         }
     }
 }
 
 /// The refusal of a request whose head is over the app's bounds, if it is.
-fn refused_head<B>(req: &Request<B>) -> Option<Response> {
+fn refused_head(req: &Request<Body>) -> Option<Response> {
     let target = req.uri().path_and_query().map_or(0, |pq| pq.as_str().len());
     if target > MAX_URI_BYTES {
         let detail =
@@ -102,7 +101,7 @@ fn refused_head<B>(req: &Request<B>) -> Option<Response> {
 
 /// Passes a response on, or rewrites one the framework wrote (an error status with no content
 /// type, or text/plain) as problem+json.
-fn check_response(answer: Answer) -> Checked {
+fn check_response(answer: Answer) -> Answer {
     let Ok(response) = answer;
     let status = response.status();
     let plain = response
@@ -110,22 +109,24 @@ fn check_response(answer: Answer) -> Checked {
         .get(header::CONTENT_TYPE)
         .is_none_or(|v| v.as_bytes().starts_with(b"text/plain"));
     if (status.is_client_error() || status.is_server_error()) && plain {
-        Either::Right(Box::pin(
-            async move { Ok(framework_problem(response).await) },
-        ))
+        Ok(framework_problem(response))
     } else {
-        Either::Left(ready(Ok(response)))
+        Ok(response)
     }
 }
 
 /// The framework's error `response` as problem+json of the same status, its text as `detail`,
-/// its other headers (`Allow`, ...) kept.
-async fn framework_problem(response: Response) -> Response {
+/// its other headers (`Allow`, ...) kept. The framework's error bodies are whole strings in
+/// memory, so the text is taken without waiting; a body that is not ready at once (none the
+/// framework writes) gives no `detail`. Staying synchronous keeps the layer's future free of
+/// a boxed `dyn Future`.
+fn framework_problem(response: Response) -> Response {
     let status = response.status();
     let (mut parts, body) = response.into_parts();
     // Rejection texts are one line; a longer body is not one, and is dropped.
     let text = axum::body::to_bytes(body, DETAIL_BYTES)
-        .await
+        .now_or_never()
+        .and_then(Result::ok)
         .unwrap_or_default();
     let text = String::from_utf8_lossy(&text);
     let detail = Some(text.trim()).filter(|t| !t.is_empty());

@@ -28,6 +28,7 @@ use std::time::{Duration, Instant};
 
 use app_bootstrap::HttpSettings;
 use axum::Router;
+use axum::body::Body;
 use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
@@ -194,7 +195,8 @@ async fn connection(
     let app = HygieneLayer.layer(DefaultBodyLimit::max(limits.max_body_bytes).layer(router));
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
-        app.clone().call(req)
+        // The router boxes the body the same way on its own; done here once instead.
+        app.clone().call(req.map(Body::new))
     });
     let conn = http1::Builder::new()
         .timer(TokioTimer::new())
