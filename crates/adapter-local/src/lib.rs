@@ -48,8 +48,17 @@
 //! unavailable global provider: `source = local_fallback`, `certainty = approximate_fallback`
 //! (N instances may admit up to N times the limit).
 //!
-//! The local provider does not deduplicate evaluations: a request with an `evaluation_id` is
-//! refused with [`RequestError::EvaluationIdUnsupported`]. It does not read the request's
+//! # Several limits, evaluation ids
+//!
+//! [`LocalProvider::evaluate_all_now`] decides several limits as one
+//! ([`shared_contract::model::multi`]): the keys' shard locks are taken together, in shard
+//! order, so no evaluation sees a request half charged. An evaluation with an
+//! `evaluation_id` remembers its decision for the replay window
+//! ([`shared_contract::multi::replay_window_ms`]); a retry with the same id and limits answers
+//! it again (`replayed`) and charges nothing. At most [`MAX_REPLAYS`] ids are live; beyond, a
+//! new id is refused ([`RequestError::EvaluationIdsFull`]).
+//!
+//! The provider does not read the request's
 //! deadline either: it never waits and answers in well under a microsecond, and reading a
 //! second clock on every call would cost about 15% of that (measured).
 //!
@@ -60,19 +69,25 @@
 //! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
 pub mod gate;
+mod replay;
 mod store;
 
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
 
+use parking_lot::Mutex;
+use shared_contract::model::multi::{self as multi_model, Member, MultiVerdict};
 use shared_contract::model::{self, AlgorithmState, Verdict};
+use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, PolicyError, PolicyErrors, PolicyId,
-    PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source,
-    UnavailableCategory,
+    Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
+    PolicyError, PolicyErrors, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, RequestError, Source, UnavailableCategory,
 };
 
+pub use replay::MAX_REPLAYS;
+use replay::{ReplayKey, Replays};
 use store::{Key, SeededFold, Store};
 
 #[cfg(feature = "publisher")]
@@ -128,6 +143,9 @@ pub struct LocalProvider {
     /// `Some` overrides the algorithm's certainty (the fallback's `approximate_fallback`).
     certainty: Option<Certainty>,
     max_keys: u64,
+    /// First decisions of evaluations with an id. Evaluations with an id run under this lock
+    /// (check, evaluate, remember), so concurrent retries of one id charge once.
+    replays: Mutex<Replays>,
 }
 
 impl fmt::Debug for LocalProvider {
@@ -182,6 +200,7 @@ impl LocalProvider {
             source,
             certainty,
             max_keys: settings.max_keys,
+            replays: Mutex::new(Replays::default()),
         }
     }
 
@@ -196,7 +215,10 @@ impl LocalProvider {
         request: &RateLimitRequest,
     ) -> Result<RateLimitOutcome, RequestError> {
         if request.evaluation_id.is_some() {
-            return Err(RequestError::EvaluationIdUnsupported);
+            let policy_id = request.policy_id.clone();
+            return Ok(self
+                .evaluate_all_now(&MultiRequest::single(request.clone()))?
+                .into_single(&policy_id));
         }
         let policy = self.policies.admit(request)?;
         let Some(&slot) = self.slots.get(policy.id()) else {
@@ -225,6 +247,113 @@ impl LocalProvider {
                 category: IncompatibleCategory::State,
             },
         })
+    }
+
+    /// Evaluates several limits as one, now, without an executor (see
+    /// [`EdgeRateLimitPort::evaluate_all`]): every key is read and written under its lock, all
+    /// locks held together, so no other evaluation sees a half-charged request.
+    ///
+    /// # Errors
+    /// [`RequestError`] for an unknown policy, a cost above `max_cost`, or a new evaluation id
+    /// when [`MAX_REPLAYS`] are live; nothing is consumed.
+    pub fn evaluate_all_now(&self, request: &MultiRequest) -> Result<MultiOutcome, RequestError> {
+        let policies = self.policies.admit_all(request)?;
+        let mut slots = Vec::with_capacity(policies.len());
+        for p in &policies {
+            // Every policy of the set got a slot at construction.
+            let slot = *self
+                .slots
+                .get(p.id())
+                .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
+            slots.push(slot);
+        }
+        let Some(id) = &request.evaluation_id else {
+            return Ok(self.decide_all(request, &policies, &slots));
+        };
+        let key = ReplayKey::new(id, request, &slots);
+        let mut replays = self.replays.lock();
+        let now = self.clock.now_ms();
+        if let Some(first) = replays.get(&key, now) {
+            return Ok(MultiOutcome::Evaluated(first));
+        }
+        replays.reserve(now)?;
+        let outcome = self.decide_all(request, &policies, &slots);
+        if let MultiOutcome::Evaluated(decision) = &outcome {
+            let window = replay_window_ms(policies.iter().copied());
+            replays.insert(key, now.saturating_add(window), decision.clone());
+        }
+        Ok(outcome)
+    }
+
+    fn decide_all(
+        &self,
+        request: &MultiRequest,
+        policies: &[&RateLimitPolicy],
+        slots: &[u32],
+    ) -> MultiOutcome {
+        let keys: Vec<(Key, u64)> = request
+            .limits
+            .iter()
+            .zip(slots)
+            .map(|(l, &slot)| {
+                let lifetime = self.lifetimes_ms.get(slot as usize).copied().unwrap_or(0);
+                (Key::new(slot, l.subject.as_bytes()), lifetime)
+            })
+            .collect();
+        let evaluation = self
+            .store
+            .update_many(&keys, &*self.clock, |states, now_ms| {
+                let members: Vec<Member<'_>> = policies
+                    .iter()
+                    .zip(states)
+                    .zip(request.limits.iter())
+                    .map(|((policy, state), l)| Member {
+                        policy,
+                        state: *state,
+                        cost: l.cost,
+                    })
+                    .collect();
+                match multi_model::evaluate_all(&members, now_ms) {
+                    Ok(mut e) => {
+                        let writes = (e.verdict == MultiVerdict::Allowed).then(|| {
+                            e.members
+                                .iter_mut()
+                                .filter_map(|m| m.new_state.take())
+                                .collect()
+                        });
+                        (writes, Ok(e))
+                    }
+                    Err(err) => (None, Err(err)),
+                }
+            });
+        match evaluation {
+            Ok(e) => match e.decision(policies.iter().copied(), self.source) {
+                Some(mut decision) => {
+                    if let Some(certainty) = self.certainty {
+                        for d in &mut decision.decisions {
+                            d.certainty = certainty;
+                        }
+                    }
+                    MultiOutcome::Evaluated(decision)
+                }
+                // The clock went back beyond a policy's tolerance: nothing was written.
+                None => {
+                    let index = match e.verdict {
+                        MultiVerdict::ClockUnsafe { index } => index,
+                        _ => 0,
+                    };
+                    MultiOutcome::Unavailable {
+                        policy_id: policies[index].id().clone(),
+                        retry_after_ms: e.members.get(index).map_or(0, |m| m.retry_after_ms),
+                        category: UnavailableCategory::Clock,
+                    }
+                }
+            },
+            Err(err) => MultiOutcome::Incompatible {
+                policy_id: policies[err.index].id().clone(),
+                category: IncompatibleCategory::State,
+            },
+        }
     }
 
     fn outcome(
@@ -266,6 +395,10 @@ fn entry_lifetime_ms(policy: &RateLimitPolicy) -> u64 {
 impl EdgeRateLimitPort for LocalProvider {
     async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         self.evaluate_now(&request)
+    }
+
+    async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
+        self.evaluate_all_now(&request)
     }
 
     fn policies(&self) -> &PolicySet {

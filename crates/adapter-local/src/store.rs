@@ -30,7 +30,7 @@ use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hash, Hasher};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use parking_lot::Mutex;
+use parking_lot::{Mutex, MutexGuard};
 use shared_contract::Clock;
 use shared_contract::model::AlgorithmState;
 
@@ -318,12 +318,62 @@ impl Store {
     }
 
     fn shard(&self, key: &Key) -> &Mutex<Shard> {
+        &self.shards[self.shard_index(key)]
+    }
+
+    fn shard_index(&self, key: &Key) -> usize {
         // Bits 16..48 pick the shard (multiply-shift: no modulo bias worth speaking of).
         // Inside the shard hashbrown uses the low bits (bucket) and the top 7 (tag), which
         // therefore stay independent of the shard.
         let h = u64::from((self.hasher.hash_one(key) >> 16) as u32);
-        let i = (h * self.shards.len() as u64) >> 32;
-        &self.shards[i as usize]
+        ((h * self.shards.len() as u64) >> 32) as usize
+    }
+
+    /// [`Self::update`] for several distinct keys at once: `f` sees every key's live state
+    /// (in `keys` order) and one clock reading, all under the keys' locks, and returns either
+    /// one new state per key (all written, each live for its lifetime) or `None` (nothing
+    /// written). Locks are taken in shard order, so concurrent calls cannot deadlock.
+    pub fn update_many<R>(
+        &self,
+        keys: &[(Key, u64)],
+        clock: &dyn Clock,
+        f: impl FnOnce(&[Option<&AlgorithmState>], u64) -> (Option<Vec<AlgorithmState>>, R),
+    ) -> R {
+        let mut order: Vec<usize> = keys.iter().map(|(k, _)| self.shard_index(k)).collect();
+        order.sort_unstable();
+        order.dedup();
+        let mut guards: Vec<(usize, MutexGuard<'_, Shard>)> =
+            order.iter().map(|&i| (i, self.shards[i].lock())).collect();
+        let now = clock.now_ms();
+        let guard_of = |key: &Key| {
+            let i = self.shard_index(key);
+            order.binary_search(&i).unwrap_or(0)
+        };
+        let live: Vec<Option<AlgorithmState>> = keys
+            .iter()
+            .map(|(key, _)| {
+                let shard = &guards[guard_of(key)].1;
+                shard
+                    .map
+                    .get(key)
+                    .filter(|e| now < e.expires_at_ms)
+                    .map(|e| e.state.clone())
+            })
+            .collect();
+        let refs: Vec<Option<&AlgorithmState>> = live.iter().map(Option::as_ref).collect();
+        let (new_states, result) = f(&refs, now);
+        for ((key, lifetime_ms), state) in keys.iter().zip(new_states.into_iter().flatten()) {
+            let expires_at = now.saturating_add(*lifetime_ms);
+            let shard = &mut guards[guard_of(key)].1;
+            if let Some(entry) = shard.map.get_mut(key) {
+                entry.state = state;
+                entry.expires_at_ms = expires_at;
+                entry.referenced = true;
+            } else {
+                shard.insert(*key, state, expires_at, now, &self.budget);
+            }
+        }
+        result
     }
 
     /// Runs `f` on the live state of `key` (`None` when absent or expired) and the clock's

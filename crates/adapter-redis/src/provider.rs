@@ -45,8 +45,9 @@ use std::fmt;
 
 use redis::Value;
 use shared_contract::{
-    EdgeRateLimitPort, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
-    Readiness, RequestError, UnavailableCategory,
+    EdgeRateLimitPort, MultiDecision, MultiOutcome, MultiRequest, PolicyId, PolicySet,
+    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, RequestError,
+    UnavailableCategory,
 };
 
 use crate::acl::Needs;
@@ -246,6 +247,36 @@ impl EdgeRateLimitPort for RedisProvider {
             return Ok(self.indeterminate(policy));
         }
         Ok(outcome)
+    }
+
+    async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
+        // Interim: one limit without an id runs the single program; the multi-limit program
+        // replaces this.
+        if request.evaluation_id.is_some() || request.limits.len() != 1 {
+            return Err(RequestError::EvaluationIdUnsupported);
+        }
+        let limit = &request.limits.as_slice()[0];
+        let policy_id = limit.policy_id.clone();
+        let outcome = self
+            .evaluate(RateLimitRequest {
+                policy_id: limit.policy_id.clone(),
+                subject: limit.subject,
+                cost: limit.cost,
+                evaluation_id: None,
+                deadline: request.deadline,
+            })
+            .await?;
+        Ok(match outcome {
+            RateLimitOutcome::Evaluated(d) => MultiOutcome::Evaluated(MultiDecision {
+                allowed: d.allowed,
+                decisions: vec![d],
+                replayed: false,
+            }),
+            other => MultiOutcome::from_failure(other).unwrap_or(MultiOutcome::unavailable(
+                policy_id,
+                UnavailableCategory::Connect,
+            )),
+        })
     }
 
     fn policies(&self) -> &PolicySet {

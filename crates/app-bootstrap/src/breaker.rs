@@ -22,8 +22,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    Clock, EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
-    RequestError, SystemClock, UnavailableCategory,
+    Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
+    RateLimitRequest, Readiness, RequestError, SystemClock, UnavailableCategory,
 };
 
 use crate::settings::BreakerSettings;
@@ -144,22 +144,18 @@ impl CircuitBreaker {
         self.transition(BreakerState::Open, why);
     }
 
-    fn circuit_open(&self, request: &RateLimitRequest) -> RateLimitOutcome {
+    /// The rest of the cool-down: at least 1 ms, so clients back off.
+    fn retry_after_open_ms(&self) -> u64 {
         let left = self
             .open_until_ms
             .load(Ordering::Acquire)
             .saturating_sub(self.now_ms())
             .min(self.cool_down_ms());
-        RateLimitOutcome::Unavailable {
-            policy_id: request.policy_id.clone(),
-            // At least the rest of the cool-down; never 0, so clients back off.
-            retry_after_ms: left.max(1),
-            category: UnavailableCategory::CircuitOpen,
-        }
+        left.max(1)
     }
 
-    fn on_closed_outcome(&self, outcome: &RateLimitOutcome) {
-        match failure(outcome) {
+    fn on_closed(&self, failure: Option<bool>) {
+        match failure {
             Some(true) => {
                 let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
                 if n >= self.settings.failure_threshold
@@ -188,13 +184,19 @@ fn failure(outcome: &RateLimitOutcome) -> Option<bool> {
     match outcome {
         RateLimitOutcome::Evaluated(_) => Some(false),
         RateLimitOutcome::Indeterminate { .. } => Some(true),
-        RateLimitOutcome::Unavailable { category, .. } => match category {
-            UnavailableCategory::Admission
-            | UnavailableCategory::Deadline
-            | UnavailableCategory::CircuitOpen => None,
-            _ => Some(true),
-        },
+        RateLimitOutcome::Unavailable { category, .. } => unavailable_failure(*category),
         RateLimitOutcome::Incompatible { .. } => None,
+    }
+}
+
+/// Refusals of the caller's own making (admission, deadline) or of the breaker itself count
+/// neither way; the others are the provider failing.
+fn unavailable_failure(category: UnavailableCategory) -> Option<bool> {
+    match category {
+        UnavailableCategory::Admission
+        | UnavailableCategory::Deadline
+        | UnavailableCategory::CircuitOpen => None,
+        _ => Some(true),
     }
 }
 
@@ -216,13 +218,43 @@ impl Drop for ProbeGuard<'_> {
     }
 }
 
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for CircuitBreaker {
-    async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+/// What the breaker counts of an outcome, single or multi-limit.
+trait Counted {
+    /// `Some(true)`: counts as a failure; `Some(false)`: a success; `None`: neither.
+    fn failure(&self) -> Option<bool>;
+}
+
+impl Counted for RateLimitOutcome {
+    fn failure(&self) -> Option<bool> {
+        failure(self)
+    }
+}
+
+impl Counted for MultiOutcome {
+    fn failure(&self) -> Option<bool> {
+        match self {
+            MultiOutcome::Evaluated(_) => Some(false),
+            MultiOutcome::Indeterminate { .. } => Some(true),
+            MultiOutcome::Unavailable { category, .. } => unavailable_failure(*category),
+            MultiOutcome::Incompatible { .. } => None,
+        }
+    }
+}
+
+impl CircuitBreaker {
+    /// Runs `call` through the breaker: closed, it is sent and its outcome counted; open
+    /// after the cool-down, it is the probe; otherwise `admit` checks the request and
+    /// `refused` answers with the rest of the cool-down, without sending.
+    async fn guarded<T: Counted>(
+        &self,
+        call: impl Future<Output = Result<T, RequestError>>,
+        admit: impl FnOnce() -> Result<(), RequestError>,
+        refused: impl FnOnce(u64) -> T,
+    ) -> Result<T, RequestError> {
         match self.state.load(Ordering::Acquire) {
             CLOSED => {
-                let outcome = self.inner.evaluate(request).await?;
-                self.on_closed_outcome(&outcome);
+                let outcome = call.await?;
+                self.on_closed(outcome.failure());
                 Ok(outcome)
             }
             OPEN if self.cooled_down(self.now_ms())
@@ -236,10 +268,10 @@ impl EdgeRateLimitPort for CircuitBreaker {
                     breaker: self,
                     done: false,
                 };
-                let result = self.inner.evaluate(request).await;
+                let result = call.await;
                 guard.done = true;
                 match &result {
-                    Ok(outcome) if failure(outcome) == Some(true) => {
+                    Ok(outcome) if outcome.failure() == Some(true) => {
                         self.open("the probe failed");
                     }
                     _ => {
@@ -253,10 +285,43 @@ impl EdgeRateLimitPort for CircuitBreaker {
             _ => {
                 // Open, or half-open with the probe in flight: refuse without sending. The
                 // request is still checked, so a bad one is refused the same way as closed.
-                self.inner.policies().admit(&request)?;
-                Ok(self.circuit_open(&request))
+                admit()?;
+                Ok(refused(self.retry_after_open_ms()))
             }
         }
+    }
+}
+
+#[async_trait::async_trait]
+impl EdgeRateLimitPort for CircuitBreaker {
+    async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+        let policy_id = request.policy_id.clone();
+        let check = request.clone();
+        self.guarded(
+            self.inner.evaluate(request),
+            || self.inner.policies().admit(&check).map(|_| ()),
+            |retry_after_ms| RateLimitOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
+        let check = request.clone();
+        let policy_id = request.limits.as_slice()[0].policy_id.clone();
+        self.guarded(
+            self.inner.evaluate_all(request),
+            || self.inner.policies().admit_all(&check).map(|_| ()),
+            |retry_after_ms| MultiOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
     }
 
     fn policies(&self) -> &PolicySet {
@@ -344,6 +409,12 @@ mod tests {
                 source: Source::GlobalRedis,
                 certainty: Certainty::Certain,
             }))
+        }
+        async fn evaluate_all(
+            &self,
+            r: shared_contract::MultiRequest,
+        ) -> Result<shared_contract::MultiOutcome, RequestError> {
+            shared_contract::multi::one_by_one(self, r).await
         }
         fn policies(&self) -> &PolicySet {
             &self.policies

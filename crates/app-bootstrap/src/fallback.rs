@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use adapter_local::LocalProvider;
 use shared_contract::{
-    Deadline, EdgeRateLimitPort, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
-    RequestError,
+    Deadline, EdgeRateLimitPort, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
+    RateLimitRequest, Readiness, RequestError,
 };
 
 /// See the module docs.
@@ -58,6 +58,31 @@ impl EdgeRateLimitPort for LocalFallback {
         let deadline = Deadline::within(Duration::from_secs(1)).unwrap_or(request.deadline);
         self.fallback.evaluate_now(&RateLimitRequest {
             deadline,
+            ..request
+        })
+    }
+
+    async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
+        let outcome = self.inner.evaluate_all(request.clone()).await?;
+        let reason = match &outcome {
+            MultiOutcome::Evaluated(_) => return Ok(outcome),
+            MultiOutcome::Unavailable { category, .. } => category.as_str(),
+            MultiOutcome::Indeterminate { .. } => "indeterminate",
+            MultiOutcome::Incompatible { .. } => "incompatible",
+        };
+        metrics::counter!("rate_limit_fallback_total", "reason" => reason).increment(1);
+        tracing::debug!(
+            limits = request.limits.len(),
+            provider_outcome = reason,
+            "global provider gave no answer; deciding locally (local_fallback)"
+        );
+        let deadline = Deadline::within(Duration::from_secs(1)).unwrap_or(request.deadline);
+        // An evaluation id is the global provider's to honour: the fallback decides afresh
+        // (an `Indeterminate` global attempt may have charged; the fallback says it is
+        // approximate anyway).
+        self.fallback.evaluate_all_now(&MultiRequest {
+            deadline,
+            evaluation_id: None,
             ..request
         })
     }

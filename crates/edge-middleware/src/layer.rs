@@ -451,6 +451,12 @@ mod tests {
         async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
             Ok((self.outcome)(r.policy_id))
         }
+        async fn evaluate_all(
+            &self,
+            r: shared_contract::MultiRequest,
+        ) -> Result<shared_contract::MultiOutcome, RequestError> {
+            shared_contract::multi::one_by_one(self, r).await
+        }
         fn policies(&self) -> &PolicySet {
             &self.policies
         }
@@ -568,6 +574,12 @@ mod tests {
                     certainty: shared_contract::Certainty::Certain,
                 },
             ))
+        }
+        async fn evaluate_all(
+            &self,
+            r: shared_contract::MultiRequest,
+        ) -> Result<shared_contract::MultiOutcome, RequestError> {
+            shared_contract::multi::one_by_one(self, r).await
         }
         fn policies(&self) -> &PolicySet {
             &self.policies

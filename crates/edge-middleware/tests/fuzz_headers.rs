@@ -46,6 +46,12 @@ impl EdgeRateLimitPort for Scripted {
             None => Err(RequestError::UnknownPolicy(r.policy_id)),
         }
     }
+    async fn evaluate_all(
+        &self,
+        r: shared_contract::MultiRequest,
+    ) -> Result<shared_contract::MultiOutcome, RequestError> {
+        shared_contract::multi::one_by_one(self, r).await
+    }
     fn policies(&self) -> &PolicySet {
         &self.policies
     }

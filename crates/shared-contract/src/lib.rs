@@ -18,6 +18,7 @@ pub mod exact;
 pub mod gate;
 pub mod ids;
 pub mod model;
+pub mod multi;
 pub mod policy;
 pub mod port;
 
@@ -31,6 +32,7 @@ pub use gate::{
     GateSet, GateSettings, GateSpec, GateState,
 };
 pub use ids::{Cost, Deadline, EvaluationId, IdError, PolicyId, PolicyRevision, SubjectDigest};
+pub use multi::{Limit, Limits, MAX_LIMITS, MultiDecision, MultiOutcome, MultiRequest};
 pub use policy::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyError, PolicyErrors, PolicySpec,
     RateLimitPolicy,

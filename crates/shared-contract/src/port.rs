@@ -4,6 +4,7 @@ use std::collections::BTreeMap;
 
 use crate::decision::RateLimitOutcome;
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
+use crate::multi::{MultiOutcome, MultiRequest};
 use crate::policy::RateLimitPolicy;
 
 /// One request to evaluate against one policy.
@@ -31,6 +32,22 @@ pub enum RequestError {
     },
     #[error("this provider does not deduplicate evaluations; evaluation_id must be absent")]
     EvaluationIdUnsupported,
+    #[error("a multi-limit evaluation needs at least one limit")]
+    NoLimits,
+    #[error("a multi-limit evaluation takes at most {max} limits, got {got}")]
+    TooManyLimits { got: usize, max: usize },
+    #[error("policy {policy_id} is given twice for the same subject")]
+    DuplicateLimit { policy_id: PolicyId },
+    /// A cluster runs one program on the keys of one slot only: limits of different subjects
+    /// live in different slots and cannot be decided atomically there.
+    #[error(
+        "the limits span {slots} cluster slots (different subjects); a multi-limit evaluation on a cluster takes one subject"
+    )]
+    SpansSlots { slots: usize },
+    /// The provider holds as many live evaluation ids as it may; a new one cannot be
+    /// remembered, so it is refused rather than risk charging a retry twice.
+    #[error("too many evaluation ids are held ({held}); retry later or send none")]
+    EvaluationIdsFull { held: usize },
 }
 
 /// Whether a provider can evaluate now, and if not, why (for readiness probes).
@@ -52,6 +69,16 @@ pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
     /// [`RequestError`] when the request itself is unacceptable (unknown policy, cost above the
     /// policy's `max_cost`, an evaluation id this provider cannot honour); nothing is consumed.
     async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError>;
+
+    /// Evaluates several limits of one caller request as one: allowed only when every limit
+    /// admits, and then every limit is charged; when any limit denies, nothing is charged.
+    /// With an evaluation id, a retry of the same limits within the replay window answers the
+    /// first decision (`replayed`) and charges nothing more.
+    ///
+    /// # Errors
+    /// [`RequestError`] when any limit is unacceptable, or the limits cannot be decided
+    /// atomically by this provider; nothing is consumed.
+    async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError>;
 
     /// The policies this provider enforces.
     fn policies(&self) -> &PolicySet;
@@ -118,13 +145,22 @@ impl PolicySet {
     /// # Errors
     /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`].
     pub fn admit(&self, request: &RateLimitRequest) -> Result<&RateLimitPolicy, RequestError> {
+        self.admit_cost(&request.policy_id, request.cost)
+    }
+
+    /// [`Self::admit`] of a policy id and a cost.
+    pub(crate) fn admit_cost(
+        &self,
+        policy_id: &PolicyId,
+        cost: Cost,
+    ) -> Result<&RateLimitPolicy, RequestError> {
         let policy = self
-            .get(&request.policy_id)
-            .ok_or_else(|| RequestError::UnknownPolicy(request.policy_id.clone()))?;
-        if request.cost > policy.max_cost() {
+            .get(policy_id)
+            .ok_or_else(|| RequestError::UnknownPolicy(policy_id.clone()))?;
+        if cost > policy.max_cost() {
             return Err(RequestError::CostAboveMax {
-                policy_id: request.policy_id.clone(),
-                cost: request.cost.get(),
+                policy_id: policy_id.clone(),
+                cost: cost.get(),
                 max_cost: policy.max_cost().get(),
             });
         }

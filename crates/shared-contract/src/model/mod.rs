@@ -17,6 +17,7 @@
 
 pub mod fixed_window;
 pub mod gcra;
+pub mod multi;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;

@@ -16,7 +16,12 @@ use super::{LocalProvider, LocalSettings, Source};
 
 const START_MS: u64 = 1_700_000_000_000;
 
-fn policy(id: &str, revision: u32, algorithm: AlgorithmSpec, max_cost: u64) -> RateLimitPolicy {
+pub(super) fn policy(
+    id: &str,
+    revision: u32,
+    algorithm: AlgorithmSpec,
+    max_cost: u64,
+) -> RateLimitPolicy {
     RateLimitPolicy::new(PolicySpec {
         id: PolicyId::new(id).expect("valid id"),
         revision: PolicyRevision::new(revision).expect("valid revision"),
@@ -29,14 +34,14 @@ fn policy(id: &str, revision: u32, algorithm: AlgorithmSpec, max_cost: u64) -> R
     .expect("valid policy")
 }
 
-fn fixed(limit: u64, window_ms: u64) -> AlgorithmSpec {
+pub(super) fn fixed(limit: u64, window_ms: u64) -> AlgorithmSpec {
     AlgorithmSpec::FixedWindow {
         limit,
         window: Duration::from_millis(window_ms),
     }
 }
 
-fn bucket(capacity: u64, refill_amount: u64, interval_ms: u64) -> AlgorithmSpec {
+pub(super) fn bucket(capacity: u64, refill_amount: u64, interval_ms: u64) -> AlgorithmSpec {
     AlgorithmSpec::TokenBucket {
         capacity,
         refill_amount,
@@ -49,7 +54,7 @@ fn set(policies: Vec<RateLimitPolicy>) -> PolicySet {
     PolicySet::new(policies, default).expect("valid set")
 }
 
-fn provider(policies: Vec<RateLimitPolicy>) -> (LocalProvider, ManualClock) {
+pub(super) fn provider(policies: Vec<RateLimitPolicy>) -> (LocalProvider, ManualClock) {
     let clock = ManualClock::new(START_MS);
     let p = LocalProvider::new(
         set(policies),
@@ -59,13 +64,13 @@ fn provider(policies: Vec<RateLimitPolicy>) -> (LocalProvider, ManualClock) {
     (p, clock)
 }
 
-fn subject(n: u64) -> SubjectDigest {
+pub(super) fn subject(n: u64) -> SubjectDigest {
     let mut bytes = [0u8; 32];
     bytes[..8].copy_from_slice(&n.to_le_bytes());
     SubjectDigest::from_bytes(bytes)
 }
 
-fn request(policy: &str, subject_n: u64, cost: u64) -> RateLimitRequest {
+pub(super) fn request(policy: &str, subject_n: u64, cost: u64) -> RateLimitRequest {
     RateLimitRequest {
         policy_id: PolicyId::new(policy).expect("valid id"),
         subject: subject(subject_n),
@@ -75,7 +80,7 @@ fn request(policy: &str, subject_n: u64, cost: u64) -> RateLimitRequest {
     }
 }
 
-fn decide(p: &LocalProvider, r: &RateLimitRequest) -> RateLimitDecision {
+pub(super) fn decide(p: &LocalProvider, r: &RateLimitRequest) -> RateLimitDecision {
     match p.evaluate_now(r) {
         Ok(RateLimitOutcome::Evaluated(d)) => d,
         other => panic!("expected a decision, got {other:?}"),
@@ -189,18 +194,6 @@ fn entries_expire_after_their_lifetime_by_the_provider_clock() {
     assert_eq!(p.stored_keys(), 0);
     // Expired state decides like no state: the full quota again.
     assert_eq!(decide(&p, &request("api", 1, 1)).remaining, 4);
-}
-
-#[test]
-fn evaluation_id_is_refused_and_consumes_nothing() {
-    let (p, _clock) = provider(vec![policy("api", 1, fixed(1, 60_000), 1)]);
-    let mut r = request("api", 1, 1);
-    r.evaluation_id = Some(EvaluationId::new("e-1").expect("valid id"));
-    assert_eq!(
-        p.evaluate_now(&r),
-        Err(RequestError::EvaluationIdUnsupported)
-    );
-    assert!(decide(&p, &request("api", 1, 1)).allowed);
 }
 
 #[test]
@@ -384,3 +377,5 @@ fn provider_is_send_sync_and_debug_without_state() {
         "{debug}"
     );
 }
+
+mod multi;

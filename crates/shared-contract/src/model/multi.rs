@@ -1,0 +1,115 @@
+//! The reference semantics of a multi-limit evaluation: every limit is evaluated by its own
+//! single-policy model at the same clock reading; the evaluation admits only when every limit
+//! admits, and only then is any state written.
+//!
+//! - Each member's [`Evaluation`] is exactly what [`super::evaluate`] answers for it alone
+//!   (its own clock rule, its own figures); only its `new_state` is dropped when the
+//!   evaluation as a whole does not admit.
+//! - A member whose clock reading is unsafe makes the whole evaluation [`MultiVerdict::ClockUnsafe`]
+//!   (nothing is written, as for one limit).
+//! - A member the model refuses (state of another algorithm, a cost above `max_cost`) refuses
+//!   the whole evaluation: [`MemberError`] names it; nothing is written.
+
+use crate::decision::Source;
+use crate::ids::Cost;
+use crate::multi::MultiDecision;
+use crate::policy::RateLimitPolicy;
+
+use super::{AlgorithmState, Evaluation, ModelError, Verdict};
+
+/// One limit as the model takes it: its policy, its stored state and the cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Member<'a> {
+    pub policy: &'a RateLimitPolicy,
+    pub state: Option<&'a AlgorithmState>,
+    pub cost: Cost,
+}
+
+/// The verdict of a multi-limit evaluation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MultiVerdict {
+    /// Every member admitted: every `new_state` is to be written.
+    Allowed,
+    /// At least one member denied: nothing is written.
+    Denied,
+    /// The member at `index` (the first such) saw the clock too far behind its state;
+    /// nothing is written.
+    ClockUnsafe { index: usize },
+}
+
+/// The result of a multi-limit evaluation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiEvaluation {
+    pub verdict: MultiVerdict,
+    /// One evaluation per member, in order; `new_state` is `Some` only when the verdict is
+    /// `Allowed`.
+    pub members: Vec<Evaluation<AlgorithmState>>,
+}
+
+/// A member the model refused, by position.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("limit {index}: {error}")]
+pub struct MemberError {
+    pub index: usize,
+    pub error: ModelError,
+}
+
+/// Evaluates every member at `now_ms`; see the module docs.
+///
+/// # Errors
+/// [`MemberError`] for the first member the single model refuses.
+pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluation, MemberError> {
+    let mut evaluations = Vec::with_capacity(members.len());
+    for (index, m) in members.iter().enumerate() {
+        let evaluation = super::evaluate(m.policy, m.state, now_ms, m.cost)
+            .map_err(|error| MemberError { index, error })?;
+        evaluations.push(evaluation);
+    }
+    let verdict = if let Some(index) = evaluations
+        .iter()
+        .position(|e| e.verdict == Verdict::ClockUnsafe)
+    {
+        MultiVerdict::ClockUnsafe { index }
+    } else if evaluations.iter().all(|e| e.verdict == Verdict::Allowed) {
+        MultiVerdict::Allowed
+    } else {
+        MultiVerdict::Denied
+    };
+    if verdict != MultiVerdict::Allowed {
+        for e in &mut evaluations {
+            e.new_state = None;
+            e.ttl_ms = 0;
+        }
+    }
+    Ok(MultiEvaluation {
+        verdict,
+        members: evaluations,
+    })
+}
+
+impl MultiEvaluation {
+    /// The decision this evaluation stands for (`policies` in member order); `None` for
+    /// `ClockUnsafe`.
+    pub fn decision<'a>(
+        &self,
+        policies: impl IntoIterator<Item = &'a RateLimitPolicy>,
+        source: Source,
+    ) -> Option<MultiDecision> {
+        let allowed = match self.verdict {
+            MultiVerdict::Allowed => true,
+            MultiVerdict::Denied => false,
+            MultiVerdict::ClockUnsafe { .. } => return None,
+        };
+        let decisions = self
+            .members
+            .iter()
+            .zip(policies)
+            .map(|(e, p)| e.decision(p, source))
+            .collect::<Option<Vec<_>>>()?;
+        Some(MultiDecision {
+            allowed,
+            decisions,
+            replayed: false,
+        })
+    }
+}

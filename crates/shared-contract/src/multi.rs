@@ -1,0 +1,327 @@
+//! Several limits of one caller request, decided as one: allowed only when every limit admits,
+//! and then every limit is charged; when any limit denies, nothing is charged anywhere.
+//!
+//! A [`MultiRequest`] holds 1..=[`MAX_LIMITS`] [`Limit`]s with distinct `(policy, subject)`
+//! pairs (a pair twice would be one key charged twice, in an order-dependent way) and an
+//! optional [`EvaluationId`]: a retry with the same id and the same limits, within the replay
+//! window, answers the first decision again and charges nothing more.
+//!
+//! The reference semantics is [`crate::model::multi::evaluate_all`], a pure function over the
+//! single-policy models.
+
+use crate::decision::UnavailableCategory;
+use crate::decision::{IncompatibleCategory, RateLimitDecision, RateLimitOutcome};
+use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
+use crate::policy::RateLimitPolicy;
+use crate::port::{EdgeRateLimitPort, PolicySet, RateLimitRequest, RequestError};
+
+/// Most limits in one all-or-nothing evaluation.
+pub const MAX_LIMITS: usize = 8;
+
+/// Shortest replay window of an evaluation id (ms): long enough for a client's retry even
+/// when every limit of the evaluation has a very short window.
+pub const MIN_REPLAY_WINDOW_MS: u64 = 1_000;
+/// Longest replay window of an evaluation id (ms): one day, so the memory an id holds is
+/// bounded in time whatever the policies' windows are.
+pub const MAX_REPLAY_WINDOW_MS: u64 = 86_400_000;
+
+/// One limit of a multi-limit evaluation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub policy_id: PolicyId,
+    pub subject: SubjectDigest,
+    pub cost: Cost,
+}
+
+/// The limits of one caller request: 1..=[`MAX_LIMITS`], no `(policy, subject)` pair twice.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits(Vec<Limit>);
+
+impl Limits {
+    /// # Errors
+    /// [`RequestError::NoLimits`], [`RequestError::TooManyLimits`] or
+    /// [`RequestError::DuplicateLimit`]; nothing is evaluated.
+    pub fn new(limits: Vec<Limit>) -> Result<Self, RequestError> {
+        if limits.is_empty() {
+            return Err(RequestError::NoLimits);
+        }
+        if limits.len() > MAX_LIMITS {
+            return Err(RequestError::TooManyLimits {
+                got: limits.len(),
+                max: MAX_LIMITS,
+            });
+        }
+        for (i, a) in limits.iter().enumerate() {
+            if limits[..i]
+                .iter()
+                .any(|b| b.policy_id == a.policy_id && b.subject == a.subject)
+            {
+                return Err(RequestError::DuplicateLimit {
+                    policy_id: a.policy_id.clone(),
+                });
+            }
+        }
+        Ok(Self(limits))
+    }
+
+    pub fn as_slice(&self) -> &[Limit] {
+        &self.0
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.len()
+    }
+
+    /// Never true: a `Limits` holds at least one limit.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn iter(&self) -> std::slice::Iter<'_, Limit> {
+        self.0.iter()
+    }
+}
+
+/// Several limits of one caller request, decided as one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiRequest {
+    pub limits: Limits,
+    /// A retry with the same id and limits within the replay window answers the first
+    /// decision and charges nothing more.
+    pub evaluation_id: Option<EvaluationId>,
+    pub deadline: Deadline,
+}
+
+impl MultiRequest {
+    /// The one-limit evaluation standing for `request` (for providers that answer an
+    /// evaluation id through the multi-limit path).
+    pub fn single(request: RateLimitRequest) -> Self {
+        Self {
+            limits: Limits(vec![Limit {
+                policy_id: request.policy_id,
+                subject: request.subject,
+                cost: request.cost,
+            }]),
+            evaluation_id: request.evaluation_id,
+            deadline: request.deadline,
+        }
+    }
+}
+
+impl PolicySet {
+    /// The policy of each limit, in order, after the checks every provider makes before
+    /// touching state.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`] for the first limit
+    /// that fails them; nothing is evaluated.
+    pub fn admit_all(&self, request: &MultiRequest) -> Result<Vec<&RateLimitPolicy>, RequestError> {
+        request
+            .limits
+            .iter()
+            .map(|l| self.admit_cost(&l.policy_id, l.cost))
+            .collect()
+    }
+}
+
+/// How long an evaluation id of these policies is remembered: the longest reset horizon among
+/// them (after it, a retry could not have been answered differently anyway), within
+/// [`MIN_REPLAY_WINDOW_MS`]..=[`MAX_REPLAY_WINDOW_MS`].
+pub fn replay_window_ms<'a>(policies: impl IntoIterator<Item = &'a RateLimitPolicy>) -> u64 {
+    policies
+        .into_iter()
+        .map(|p| p.algorithm().reset_horizon_ms())
+        .max()
+        .unwrap_or(0)
+        .clamp(MIN_REPLAY_WINDOW_MS, MAX_REPLAY_WINDOW_MS)
+}
+
+/// The decision of a multi-limit evaluation.
+///
+/// `decisions` has one entry per limit, in request order: each is exactly what that limit's
+/// single-policy model answered at the evaluation's time. When `allowed` is false nothing was
+/// charged; members that would have admitted still say `allowed: true`, with the figures they
+/// would have had after the charge.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiDecision {
+    pub allowed: bool,
+    pub decisions: Vec<RateLimitDecision>,
+    /// This answer is the stored first decision of a retried evaluation id: nothing was
+    /// evaluated or charged now.
+    pub replayed: bool,
+}
+
+impl MultiDecision {
+    /// The limits that denied, in request order.
+    pub fn violated(&self) -> impl Iterator<Item = &RateLimitDecision> {
+        self.decisions.iter().filter(|d| !d.allowed)
+    }
+}
+
+/// The honest result of a multi-limit evaluation, as [`RateLimitOutcome`] is for one limit.
+/// The variants other than `Evaluated` concern the whole evaluation and name the limit they
+/// arose at (the first one when it is not known).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MultiOutcome {
+    Evaluated(MultiDecision),
+    /// Known: nothing was mutated for any limit.
+    Unavailable {
+        policy_id: PolicyId,
+        retry_after_ms: u64,
+        category: UnavailableCategory,
+    },
+    /// Sent, result unknown: every limit may or may not have been charged (all or none).
+    Indeterminate {
+        policy_id: PolicyId,
+        retry_after_ms: u64,
+    },
+    /// State, program or reply mismatch; nothing was charged.
+    Incompatible {
+        policy_id: PolicyId,
+        category: IncompatibleCategory,
+    },
+}
+
+impl MultiOutcome {
+    /// The name as reported on the wire and in metrics (the single outcome's names).
+    pub fn name(&self) -> &'static str {
+        match self {
+            MultiOutcome::Evaluated(_) => "evaluated",
+            MultiOutcome::Unavailable { .. } => "unavailable",
+            MultiOutcome::Indeterminate { .. } => "indeterminate",
+            MultiOutcome::Incompatible { .. } => "incompatible",
+        }
+    }
+
+    pub fn decision(&self) -> Option<&MultiDecision> {
+        match self {
+            MultiOutcome::Evaluated(d) => Some(d),
+            _ => None,
+        }
+    }
+
+    /// The multi outcome of a single outcome that is not a decision; `None` for a decision.
+    pub fn from_failure(outcome: RateLimitOutcome) -> Option<Self> {
+        Some(match outcome {
+            RateLimitOutcome::Evaluated(_) => return None,
+            RateLimitOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            } => MultiOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            },
+            RateLimitOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            } => MultiOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            },
+            RateLimitOutcome::Incompatible {
+                policy_id,
+                category,
+            } => MultiOutcome::Incompatible {
+                policy_id,
+                category,
+            },
+        })
+    }
+
+    /// The single outcome of a one-limit evaluation of `policy_id` (a replay is reported as
+    /// the decision it replays).
+    pub fn into_single(self, policy_id: &PolicyId) -> RateLimitOutcome {
+        match self {
+            MultiOutcome::Evaluated(mut d) => match d.decisions.drain(..).next() {
+                Some(first) => RateLimitOutcome::Evaluated(first),
+                // A decision always has one entry per limit; a limit set is never empty.
+                None => RateLimitOutcome::Incompatible {
+                    policy_id: policy_id.clone(),
+                    category: IncompatibleCategory::Reply,
+                },
+            },
+            MultiOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            } => RateLimitOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            },
+            MultiOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            } => RateLimitOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            },
+            MultiOutcome::Incompatible {
+                policy_id,
+                category,
+            } => RateLimitOutcome::Incompatible {
+                policy_id,
+                category,
+            },
+        }
+    }
+
+    /// Joins per-limit outcomes into one: the first non-decision, else a decision allowed
+    /// when every member allowed.
+    ///
+    /// This does not make anything atomic: it is for ports whose members cannot have been
+    /// charged partially (test doubles that charge nothing, a provider that decided them
+    /// together).
+    pub fn combine(outcomes: impl IntoIterator<Item = RateLimitOutcome>) -> Self {
+        let mut decisions = Vec::new();
+        for outcome in outcomes {
+            match outcome {
+                RateLimitOutcome::Evaluated(d) => decisions.push(d),
+                other => {
+                    if let Some(failure) = Self::from_failure(other) {
+                        return failure;
+                    }
+                }
+            }
+        }
+        MultiOutcome::Evaluated(MultiDecision {
+            allowed: decisions.iter().all(|d| d.allowed),
+            decisions,
+            replayed: false,
+        })
+    }
+
+    /// An unavailable outcome for the whole evaluation.
+    pub fn unavailable(policy_id: PolicyId, category: UnavailableCategory) -> Self {
+        MultiOutcome::Unavailable {
+            policy_id,
+            retry_after_ms: 0,
+            category,
+        }
+    }
+}
+
+/// Evaluates each limit alone through [`EdgeRateLimitPort::evaluate`] and joins the outcomes
+/// with [`MultiOutcome::combine`]. **Not atomic**: for test doubles that charge nothing.
+///
+/// # Errors
+/// The first [`RequestError`] of a member.
+pub async fn one_by_one<P: EdgeRateLimitPort + ?Sized>(
+    port: &P,
+    request: MultiRequest,
+) -> Result<MultiOutcome, RequestError> {
+    let mut outcomes = Vec::with_capacity(request.limits.len());
+    for l in request.limits.iter() {
+        let one = RateLimitRequest {
+            policy_id: l.policy_id.clone(),
+            subject: l.subject,
+            cost: l.cost,
+            evaluation_id: None,
+            deadline: request.deadline,
+        };
+        outcomes.push(port.evaluate(one).await?);
+    }
+    Ok(MultiOutcome::combine(outcomes))
+}
