@@ -7,9 +7,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::{
-    AlgorithmSpec, Certainty, Cost, Deadline, EvaluationId, FailurePolicy, ManualClock, PolicyId,
-    PolicyRevision, PolicySet, PolicySpec, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest, RequestError, SubjectDigest, UnavailableCategory,
+    AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, ManualClock, PolicyId, PolicyRevision,
+    PolicySet, PolicySpec, RateLimitDecision, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
+    RequestError, SubjectDigest, UnavailableCategory,
 };
 
 use super::{LocalProvider, LocalSettings, Source};
