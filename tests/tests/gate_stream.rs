@@ -230,6 +230,67 @@ async fn the_periodic_snapshot_comes_after_the_updates_up_to_its_clock_on_redis(
     the_tick_does_not_skip(Arc::new(port), gate, REDIS_BUDGET, due).await;
 }
 
+/// A server whose streams are trimmed to the entry: `XADD MAXLEN ~` trims whole nodes only,
+/// and a default node holds 100 entries, so a stream bound of 1 alone would keep them all.
+fn trimming_server() -> &'static RedisServer {
+    static SERVER: std::sync::OnceLock<RedisServer> = std::sync::OnceLock::new();
+    SERVER.get_or_init(|| RedisServer::start_with(&["--stream-node-max-entries", "1"]))
+}
+
+/// The Redis resync path: the stream keeps one update, so after five publications the
+/// provider no longer holds the updates after the subscriber's cursor and answers `Resync`;
+/// the feed then recovers the terminal status of every event the subscriber held (read with
+/// the event lookup) before the fresh snapshot.
+#[tokio::test]
+async fn a_redis_resync_recovers_every_terminal_status() {
+    let g = settings(&unique("resync"), GateMode::OnlyOnce, 100, 60_000);
+    let gate = g.id().clone();
+    let gs = RedisGateSettings {
+        run_publisher: false,
+        stream_max_len: 1,
+        ..RedisGateSettings::default()
+    };
+    let port = redis_provider(trimming_server().url(), vec![g], gs).await;
+    let mut feed = Feed::new(gate.clone(), nz(256), timing(REDIS_BUDGET));
+    let mut sub = Subscriber::default();
+    for i in 0..5 {
+        assert!(submit(&port, &gate, &format!("k{i}"), &format!("e{i}")).await);
+    }
+    step(&mut feed, &port, 0, &mut sub)
+        .await
+        .expect("first snapshot");
+    assert_eq!(sub.submitted.len(), 5, "the first snapshot lists the five");
+    tokio::time::sleep(Duration::from_millis(250)).await;
+    let published = port
+        .publish_due(&gate, nz(100), deadline())
+        .await
+        .expect("known gate");
+    assert_eq!(published, GateOutcome::Evaluated(5));
+    let cursor = feed.cursor().expect("a snapshot was handed out");
+    assert_eq!(
+        port.updates_after(&gate, cursor, nz(256), deadline())
+            .await
+            .expect("known gate"),
+        GateOutcome::Evaluated(UpdateBatch::Resync),
+        "the precondition: the provider lost the updates after the cursor"
+    );
+    // The step that meets `Resync` hands out nothing and drops the cursor; the next one
+    // resyncs.
+    for now in 1..=3 {
+        step(&mut feed, &port, now, &mut sub).await.expect("resync");
+        if sub.snapshots == 2 {
+            break;
+        }
+    }
+    assert!(sub.missed().is_empty(), "missed: {:?}", sub.missed());
+    assert_eq!(sub.ended.len(), 5);
+    assert_eq!(
+        sub.snapshots, 2,
+        "a fresh snapshot follows the recovered statuses"
+    );
+    assert!(sub.replica.is_empty());
+}
+
 #[derive(Debug, Clone)]
 enum Op {
     Submit(u8),
@@ -360,7 +421,8 @@ fn a_slow_redis_subscriber_misses_no_terminal_status() {
                     stream_max_len: 1,
                     ..RedisGateSettings::default()
                 };
-                let port = redis_provider(RedisServer::shared().url(), vec![g], gs).await;
+                // Trimmed to the entry, so the slow subscriber really meets resyncs.
+                let port = redis_provider(trimming_server().url(), vec![g], gs).await;
                 run(&port, &gate, &Time::Real, REDIS_BUDGET, &ops).await
             })
             .map_err(TestCaseError::fail)
