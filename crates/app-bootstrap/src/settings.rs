@@ -21,6 +21,7 @@ pub use edge_middleware::SubjectSource;
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub http: HttpSettings,
+    pub log: LogSettings,
     pub rate_limit: RateLimitSettings,
     /// The demo upstream's limited routes, in file order.
     pub routes: Vec<RouteSettings>,
@@ -33,6 +34,40 @@ impl Settings {
     /// Each section renders itself next to where it is read ([`crate::config`]).
     pub fn render(&self) -> String {
         crate::config::render(self)
+    }
+}
+
+/// `[log]`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct LogSettings {
+    pub format: LogFormat,
+}
+
+/// How log lines are written.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LogFormat {
+    /// Human-readable lines (ANSI colours only on a terminal).
+    #[default]
+    Text,
+    /// One JSON object per line: `timestamp`, `level`, `target`, `fields` (the message and
+    /// the event's fields), `span` and `spans`, for log shippers.
+    Json,
+}
+
+impl LogFormat {
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "text" => Some(Self::Text),
+            "json" => Some(Self::Json),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Text => "text",
+            Self::Json => "json",
+        }
     }
 }
 

@@ -30,15 +30,6 @@ struct Args {
 
 fn main() -> ExitCode {
     let args = Args::parse();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
-
     let sources = app_bootstrap::Sources {
         file: args.config.clone(),
         env: None,
@@ -56,6 +47,9 @@ fn main() -> ExitCode {
         print!("{}", settings.render());
         return ExitCode::SUCCESS;
     }
+    // After the configuration (its problems go to stderr as plain lines, whatever the
+    // format), before anything that logs.
+    init_log(settings.log.format);
 
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = settings.http.worker_threads {
@@ -69,6 +63,24 @@ fn main() -> ExitCode {
         }
     };
     runtime.block_on(run(settings))
+}
+
+/// The log on stderr, at `RUST_LOG`'s levels (default `info`), as text or JSON lines.
+fn init_log(format: app_bootstrap::LogFormat) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    let builder = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr);
+    match format {
+        app_bootstrap::LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
+        app_bootstrap::LogFormat::Json => builder
+            .json()
+            .flatten_event(false)
+            .with_current_span(true)
+            .with_span_list(true)
+            .init(),
+    }
 }
 
 async fn run(settings: app_bootstrap::Settings) -> ExitCode {

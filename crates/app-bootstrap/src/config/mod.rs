@@ -22,6 +22,7 @@
 //! | `reader` | the generic typed reads, the per-key description of a flat section, the `--check` writer |
 //! | `env` | `APP_` variables -> a tree merged over the file |
 //! | `http` | `[http]` |
+//! | `log` | `[log]` |
 //! | `rate_limit` | `[rate_limit]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret |
 //! | `redis` | `[rate_limit.redis]` |
 //! | `policies` | `[rate_limit.policies.*]` |
@@ -34,6 +35,7 @@
 mod env;
 mod gates;
 mod http;
+mod log;
 mod policies;
 mod rate_limit;
 pub(crate) mod reader;
@@ -53,7 +55,7 @@ use crate::settings::Settings;
 use reader::Check;
 
 /// The top-level sections, each named by the module that reads it.
-pub const TOP_KEYS: &[&str] = &[http::P, rate_limit::P, routes::P, gates::P];
+pub const TOP_KEYS: &[&str] = &[http::P, log::P, rate_limit::P, routes::P, gates::P];
 
 /// One configuration problem: the full key path and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -185,13 +187,15 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     c.unknown_keys("", root, TOP_KEYS.iter().copied());
 
     let http = http::read(&mut c, root.get("http"));
+    let log = log::read(&mut c, root.get("log"));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit.policy_ids);
     let event_gates = gates::read(&mut c, root.get("event_gates"));
 
-    match (c.count() == 0, http, rate_limit.settings) {
-        (true, Some(http), Some(rate_limit)) => Ok(Settings {
+    match (c.count() == 0, http, log, rate_limit.settings) {
+        (true, Some(http), Some(log), Some(rate_limit)) => Ok(Settings {
             http,
+            log,
             rate_limit,
             routes: routes.unwrap_or_default(),
             event_gates: event_gates.unwrap_or_default(),
@@ -204,6 +208,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
 pub(crate) fn render(settings: &Settings) -> String {
     let mut o = reader::Toml::default();
     http::render(&mut o, &settings.http);
+    log::render(&mut o, &settings.log);
     rate_limit::render(&mut o, &settings.rate_limit);
     routes::render(&mut o, &settings.routes);
     gates::render(&mut o, &settings.event_gates);

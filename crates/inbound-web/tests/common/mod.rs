@@ -42,7 +42,9 @@ impl App {
                     if let Some(rest) = line.split("listening on http://").nth(1)
                         && let Some(t) = tx.take()
                     {
-                        let _ = t.send(rest.trim().to_owned());
+                        // The address ends at a space or, in a JSON log line, a quote.
+                        let addr = rest.split(['"', ' ']).next().unwrap_or(rest);
+                        let _ = t.send(addr.trim().to_owned());
                     }
                     let mut l = log.lock().expect("log lock");
                     l.push_str(&line);
