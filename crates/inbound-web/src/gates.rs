@@ -220,7 +220,20 @@ async fn submit(
         id: id.clone(),
         deadline,
     };
-    match rt.port().submit(request).await {
+    let counted_gate = request.gate.clone();
+    let answer = rt.port().submit(request).await;
+    let counted = match &answer {
+        Err(_) => "refused",
+        Ok(GateOutcome::Evaluated(o)) => match o {
+            SubmitOutcome::Submitted { .. } => "submitted",
+            SubmitOutcome::Rejected { .. } => "rejected",
+            SubmitOutcome::Duplicate(_) => "duplicate",
+            SubmitOutcome::IdReused(_) => "id_reused",
+        },
+        Ok(other) => crate::gate_metrics::not_evaluated_name(other),
+    };
+    crate::gate_metrics::submission(&counted_gate, counted);
+    match answer {
         Err(e) => request_error(&e),
         Ok(GateOutcome::Evaluated(outcome)) => match outcome {
             SubmitOutcome::Submitted {

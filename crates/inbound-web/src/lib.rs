@@ -23,6 +23,7 @@
 
 pub mod api;
 pub mod app;
+pub mod gate_metrics;
 pub mod gates;
 pub mod hygiene;
 pub mod listener;

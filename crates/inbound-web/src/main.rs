@@ -129,6 +129,10 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let observers = gates
+        .as_ref()
+        .map(inbound_web::gate_metrics::spawn)
+        .unwrap_or_default();
     let state = Arc::new(ApiState::new(limiter, prometheus));
     let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates.clone()));
     let router = inbound_web::app::router_with_gates(state, &settings.routes, gate_api);
@@ -145,6 +149,9 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
     let served = inbound_web::app::serve(listener, router, &settings.http, shutdown).await;
+    for o in &observers {
+        o.abort();
+    }
     if let Some(g) = &gates {
         // Open streams end with the server; the publisher stops after its current call.
         g.shutdown().await;
