@@ -22,7 +22,8 @@
 -- Reply: {status, replayed, index, row_1, ..., row_n}; status a bulk string, replayed 0 or 1,
 --   index 0 or the 1-based member (n+1: the replay key) the status concerns, and row_i the
 --   member's seven-field reply exactly as its single program answers it (a nested array;
---   every row is present unless the header itself is INVALID, which has no rows).
+--   every row is present unless nothing was evaluated: the header is INVALID, or the
+--   replay key is STATE_INCOMPATIBLE (index n+1); those replies have no rows).
 --   ALLOWED             every member admitted; every member's state written (SET ... PX)
 --   DENIED              a member denied; nothing written (admitting rows still say ALLOWED)
 --   CLOCK_UNSAFE        member `index` (the first such) saw TIME too far behind its state;

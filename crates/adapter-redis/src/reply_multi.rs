@@ -58,7 +58,7 @@ fn status(v: &Value) -> Result<Status, ReplyError> {
 ///
 /// # Errors
 /// [`ReplyError`] for anything but the documented shape with `members` valid rows (or none,
-/// for `INVALID`), a replayed flag of 0 or 1 and an index in `0..=members + 1`.
+/// for `INVALID` and for an unusable replay key), a replayed flag of 0 or 1 and an index in `0..=members + 1`.
 pub fn parse(value: &Value, members: usize) -> Result<MultiReply, ReplyError> {
     let fields = match value {
         Value::Array(fields) => fields,
@@ -88,7 +88,10 @@ pub fn parse(value: &Value, members: usize) -> Result<MultiReply, ReplyError> {
             })
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let rows_ok = rows.len() == members || (status == Status::Invalid && rows.is_empty());
+    // Nothing was evaluated when the header was refused or the replay key is unusable.
+    let unevaluated =
+        status == Status::Invalid || (status == Status::StateIncompatible && index == members + 1);
+    let rows_ok = rows.len() == members || (unevaluated && rows.is_empty());
     if !rows_ok {
         return Err(ReplyError::Multi("not one row per member"));
     }
@@ -393,15 +396,15 @@ mod tests {
         );
         assert_eq!(run(&state), incompatible("b", IncompatibleCategory::State));
         // The replay key (index n+1) holding something else: reported on the first member.
-        let replay_key = multi(
-            "STATE_INCOMPATIBLE",
-            0,
-            3,
-            vec![row("ALLOWED", 10, 9, 0), row("ALLOWED", 100, 99, 0)],
-        );
+        let replay_key = multi("STATE_INCOMPATIBLE", 0, 3, vec![]);
         assert_eq!(
             run(&replay_key),
             incompatible("a", IncompatibleCategory::State)
+        );
+        // A member's refusal always comes with every row.
+        assert_eq!(
+            run(&multi("STATE_INCOMPATIBLE", 0, 2, vec![])),
+            incompatible("a", IncompatibleCategory::Reply)
         );
         assert_eq!(
             run(&multi("INVALID", 0, 0, vec![])),
