@@ -47,19 +47,19 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
--- The member functions, by algorithm code. Each is the body of one single program after
--- its time block, its one SET replaced by handing the value and TTL back in W, so that the
--- driver below writes only when every member admitted.
-local M = {}
+-- The member functions and M, them by algorithm code. Each is the body of one single
+-- program after its time block, given its key's value (RAW) instead of reading it, and
+-- handing back the value and TTL of its one SET with its allow, so that the driver below
+-- writes only when every member admitted.
 -- @generated begin
 -- @member fixed_window begin: generated from rate-fixed-window-v1.lua
-M[1] = function(KEYS, ARGV, now, W)
+local function member_1(ARGV, now, RAW)
   local floor = math.floor
   local argv = ARGV
   local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
   -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
   -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
     or a6 == ''
     or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -75,7 +75,7 @@ M[1] = function(KEYS, ARGV, now, W)
   end
 
   -- A wrong key type comes back as an error table, never raised.
-  local raw = redis.pcall('GET', KEYS[1])
+  local raw = RAW
   local last, stored
   if raw then
     local n = type(raw) == 'string' and #raw
@@ -126,18 +126,17 @@ M[1] = function(KEYS, ARGV, now, W)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  W[1], W[2] = value, reset_at - eff + grace
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
 end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v1.lua
-M[2] = function(KEYS, ARGV, now, W)
+local function member_2(ARGV, now, RAW)
   local floor = math.floor
   local argv = ARGV
   local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
   -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
   -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
     or a6 == ''
     or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -155,7 +154,7 @@ M[2] = function(KEYS, ARGV, now, W)
   local S = 1000000 -- fixed-point scale of the previous window's weight
 
   -- A wrong key type comes back as an error table, never raised.
-  local raw = redis.pcall('GET', KEYS[1])
+  local raw = RAW
   local last, s_previous, s_current
   if raw then
     local n = type(raw) == 'string' and #raw
@@ -227,8 +226,7 @@ M[2] = function(KEYS, ARGV, now, W)
     else
       value = struct.pack('<BI6I4I5I5', 0x12, eff, revision, previous, current)
     end
-    W[1], W[2] = value, reset_at - eff + grace
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }, value, reset_at - eff + grace
   end
 
   local reset_at = eff
@@ -284,13 +282,13 @@ M[2] = function(KEYS, ARGV, now, W)
 end
 -- @member sliding_window end
 -- @member token_bucket begin: generated from rate-token-bucket-v1.lua
-M[3] = function(KEYS, ARGV, now, W)
+local function member_3(ARGV, now, RAW)
   local floor = math.floor
   local argv = ARGV
   local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
   -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
   -- arguments at once, which is why each is first checked to be non-empty.
-  if not a7 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  if not a7 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
     or a6 == '' or a7 == ''
     or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6 .. a7, '^%d+$') then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -316,7 +314,7 @@ M[3] = function(KEYS, ARGV, now, W)
   end
 
   -- A wrong key type comes back as an error table, never raised.
-  local raw = redis.pcall('GET', KEYS[1])
+  local raw = RAW
   local last, stored
   if raw then
     local n = type(raw) == 'string' and #raw
@@ -387,18 +385,17 @@ M[3] = function(KEYS, ARGV, now, W)
   else
     value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
   end
-  W[1], W[2] = value, to_full + grace
-  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }
+  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, to_full + grace
 end
 -- @member token_bucket end
 -- @member gcra begin: generated from rate-gcra-v1.lua
-M[4] = function(KEYS, ARGV, now, W)
+local function member_4(ARGV, now, RAW)
   local floor = math.floor
   local argv = ARGV
   local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
   -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
   -- arguments at once, which is why each is first checked to be non-empty.
-  if not a7 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  if not a7 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
     or a6 == '' or a7 == ''
     or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6 .. a7, '^%d+$') then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -424,7 +421,7 @@ M[4] = function(KEYS, ARGV, now, W)
   end
 
   -- A wrong key type comes back as an error table, never raised.
-  local raw = redis.pcall('GET', KEYS[1])
+  local raw = RAW
   local last, stored
   if raw then
     local n = type(raw) == 'string' and #raw
@@ -496,18 +493,17 @@ M[4] = function(KEYS, ARGV, now, W)
   else
     value = struct.pack('<BI6I4I7', 0x14, eff, revision, debt)
   end
-  W[1], W[2] = value, to_reset + grace
-  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }
+  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, to_reset + grace
 end
 -- @member gcra end
 -- @member sliding_log begin: generated from rate-sliding-log-v1.lua
-M[5] = function(KEYS, ARGV, now, W)
+local function member_5(ARGV, now, RAW)
   local floor = math.floor
   local argv = ARGV
   local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
   -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
   -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
+  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
     or a6 == ''
     or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -523,7 +519,7 @@ M[5] = function(KEYS, ARGV, now, W)
   end
 
   -- A wrong key type comes back as an error table, never raised.
-  local raw = redis.pcall('GET', KEYS[1])
+  local raw = RAW
   local last
   -- Entry times and costs, oldest first.
   local times, costs, count = {}, {}, 0
@@ -614,8 +610,7 @@ M[5] = function(KEYS, ARGV, now, W)
       value = struct.pack('<BI6I4' .. string.rep('I5I2', m / 2), 0x15, eff, revision,
         unpack(vals, 1, m))
     end
-    W[1], W[2] = value, w + grace
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }, value, w + grace
   end
 
   local reset_at = eff
@@ -635,6 +630,7 @@ M[5] = function(KEYS, ARGV, now, W)
   return { 'DENIED', now, eff, limit, available, retry, reset_at }
 end
 -- @member sliding_log end
+local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member_4, ['5'] = member_5 }
 -- @generated end
 
 local argv = ARGV
@@ -652,7 +648,7 @@ end
 -- (integers printed exactly; tostring would round beyond 14 digits).
 local function encode(status, rows)
   local f = { status }
-  for i = 1, #rows do
+  for i = 1, n do
     local r = rows[i]
     f[#f + 1] = r[1]
     for j = 2, 7 do
@@ -678,35 +674,30 @@ if replay then
     if #rows ~= n or encode(status, rows) ~= stored then
       return { 'STATE_INCOMPATIBLE', 0, n + 1 }
     end
-    local reply = { status, 1, 0 }
-    for i = 1, n do
-      reply[3 + i] = rows[i]
-    end
-    return reply
+    return { status, 1, 0, unpack(rows, 1, n) }
   end
 end
 
 -- Every member is evaluated (reads only); the first refused member, else the first
--- clock-unsafe one, decides the status; only when every member admitted is anything written.
-local rows, writes = {}, {}
+-- clock-unsafe one, decides the status; only when every member admitted is anything
+-- written. Tables are built at their final size (growing one costs a rehash per doubling).
+local f8 = false
+local rows = { f8, f8, f8, f8, f8, f8, f8, f8 }
+local values = { f8, f8, f8, f8, f8, f8, f8, f8 }
+local ttls = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local refused, unsafe, admitted = 0, 0, true
 local at = 3
 for i = 1, n do
-  local code, argc = argv[at], argv[at + 1]
-  local f = code and string.find(code, '^%d$') and M[code + 0]
+  local f, argc = M[argv[at]], argv[at + 1]
   if not f or not argc or not string.find(argc, '^%d%d?$') or argc + 0 < 1
     or argc + 0 > 16 then
     return { 'INVALID', 0, i }
   end
-  argc = argc + 0
-  local args = {}
-  for j = 1, argc do
-    args[j] = argv[at + 1 + j]
-  end
-  at = at + 2 + argc
-  local w = {}
-  local row = f({ KEYS[i] }, args, now, w)
-  rows[i], writes[i] = row, w
+  local last = at + 1 + argc
+  -- A wrong key type comes back as an error table, never raised.
+  local row, value, ttl = f({ unpack(argv, at + 2, last) }, now, redis.pcall('GET', KEYS[i]))
+  at = last + 1
+  rows[i], values[i], ttls[i] = row, value, ttl
   local s = row[1]
   if s == 'INVALID' or s == 'STATE_INCOMPATIBLE' then
     if refused == 0 then
@@ -729,14 +720,10 @@ elseif unsafe > 0 then
 elseif admitted then
   status = 'ALLOWED'
   for i = 1, n do
-    redis.call('SET', KEYS[i], writes[i][1], 'PX', writes[i][2])
+    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
   end
 end
 if replay and index == 0 then
   redis.call('SET', KEYS[n + 1], encode(status, rows), 'PX', window)
 end
-local reply = { status, 0, index }
-for i = 1, n do
-  reply[3 + i] = rows[i]
-end
-return reply
+return { status, 0, index, unpack(rows, 1, n) }

@@ -191,9 +191,15 @@ mod tests {
     }
 
     /// The member functions of the multi program, generated from the single programs: each
-    /// body after its time block, indented, its one `SET` handing value and TTL back in `W`.
+    /// body after its time block, indented, as `local function member_<code>(ARGV, now, RAW)`,
+    /// where `RAW` is the key's value as `redis.pcall('GET', key)` answers it (the driver
+    /// reads it), the key count check dropped (the driver checks its keys), and the one
+    /// `SET` and the allow after it becoming an allow that hands back the value and TTL to
+    /// write. Then `M`, the functions by the algorithm code as ARGV spells it.
     fn multi_members() -> Result<String, String> {
         const SET: &str = "redis.call('SET', KEYS[1], value, 'PX', ";
+        const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
+        const KEYS: &str = "#KEYS ~= 1 or ";
         const INLINE: &str = "-- Everything is inline: the chunk runs once per call, so every \
                               helper function would be a\n-- new closure per call, and argument \
                               checks dominate the cost of a call.\n";
@@ -207,22 +213,33 @@ mod tests {
                 .split_once("-- @time-source end\n")
                 .ok_or_else(|| format!("{}: no time block", s.name))?;
             let body = body.trim_start_matches('\n').replacen(INLINE, "", 1);
-            if body.matches(SET).count() != 1 {
-                return Err(format!("{}: not exactly one state write", s.name));
+            for (what, n) in [(SET, 1), (GET, 1), (KEYS, 1)] {
+                if body.matches(what).count() != n {
+                    return Err(format!("{}: {what:?} not exactly once", s.name));
+                }
             }
+            let body = body
+                .replacen(GET, "local raw = RAW", 1)
+                .replacen(KEYS, "", 1);
+            let code = algorithm_code(kind);
             out.push_str(&format!(
-                "-- @member {} begin: generated from {}\nM[{}] = function(KEYS, ARGV, now, W)\n",
-                kind,
-                s.name,
-                algorithm_code(kind)
+                "-- @member {kind} begin: generated from {}\nlocal function member_{code}(ARGV, \
+                 now, RAW)\n",
+                s.name
             ));
-            for line in body.lines() {
+            let mut lines = body.lines();
+            while let Some(line) = lines.next() {
                 let line = match line.split_once(SET) {
                     Some((indent, rest)) => {
                         let ttl = rest
                             .strip_suffix(')')
                             .ok_or_else(|| format!("{}: state write not on one line", s.name))?;
-                        format!("{indent}W[1], W[2] = value, {ttl}")
+                        let allow = lines
+                            .next()
+                            .map(str::trim_start)
+                            .filter(|l| l.starts_with("return { 'ALLOWED'"))
+                            .ok_or_else(|| format!("{}: no allow after the write", s.name))?;
+                        format!("{indent}{allow}, value, {ttl}")
                     }
                     None => line.to_owned(),
                 };
@@ -234,6 +251,11 @@ mod tests {
             }
             out.push_str(&format!("end\n-- @member {kind} end\n"));
         }
+        let table: Vec<String> = kinds
+            .iter()
+            .map(|k| format!("['{0}'] = member_{0}", algorithm_code(*k)))
+            .collect();
+        out.push_str(&format!("local M = {{ {} }}\n", table.join(", ")));
         Ok(out)
     }
 
