@@ -536,6 +536,34 @@ fn multi_program_equals_the_multi_model() {
     }
 }
 
+/// Every key's value and PTTL after a step.
+type After = Vec<(Option<Vec<u8>>, i64)>;
+
+/// One call of the multi program and, in the same transaction, every key's value and PTTL
+/// (then PERSIST, so nothing expires between steps).
+fn multi_step(
+    con: &mut redis::Connection,
+    script: &Loaded,
+    keys: &[String],
+    args: &[String],
+) -> Result<(MultiReply, After), TestCaseError> {
+    let mut pipe = redis::pipe();
+    pipe.atomic().add_command(script.command_keys(keys, args));
+    for key in keys {
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        pipe.cmd("PERSIST").arg(key).ignore();
+    }
+    let mut out: Vec<redis::Value> = pipe.query(con).map_err(fail)?;
+    let reply = MultiReply::parse(&out.remove(0)).map_err(fail)?;
+    let mut after = Vec::new();
+    for pair in out.chunks(2) {
+        let value: Option<Vec<u8>> = redis::from_redis_value(pair[0].clone()).map_err(fail)?;
+        let ttl: i64 = redis::from_redis_value(pair[1].clone()).map_err(fail)?;
+        after.push((value, ttl));
+    }
+    Ok((reply, after))
+}
+
 fn run_multi_case(
     con: &mut redis::Connection,
     script: &Loaded,
@@ -569,20 +597,7 @@ fn run_multi_case(
             .collect();
         let mut args = multi_arguments(&call, 0);
         args.push(now.to_string());
-        let mut pipe = redis::pipe();
-        pipe.atomic().add_command(script.command_keys(&keys, &args));
-        for key in &keys {
-            pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
-            pipe.cmd("PERSIST").arg(key).ignore();
-        }
-        let mut out: Vec<redis::Value> = pipe.query(con).map_err(fail)?;
-        let reply = MultiReply::parse(&out.remove(0)).map_err(fail)?;
-        let mut after = Vec::new();
-        for pair in out.chunks(2) {
-            let value: Option<Vec<u8>> = redis::from_redis_value(pair[0].clone()).map_err(fail)?;
-            let ttl: i64 = redis::from_redis_value(pair[1].clone()).map_err(fail)?;
-            after.push((value, ttl));
-        }
+        let (reply, after) = multi_step(con, script, &keys, &args)?;
         *seen.entry(reply.status.clone()).or_default() += 1;
         let at = format!("step {i} ({step:?}, now {now}, costs {costs:?}, states {states:?})");
         prop_assert_eq!(reply.rows.len(), members.len(), "{}", at);

@@ -30,6 +30,17 @@
 //! (see [`crate::failure`]). A program is sent again only after a reply proving it did not
 //! run (`NOSCRIPT`, `MOVED`, `ASK`).
 //!
+//! ## Multi-limit evaluations and evaluation ids
+//!
+//! `evaluate_all` sends one call of `lua/rate-multi-v1.lua` with every member's key (and,
+//! with an evaluation id, the replay key under the first member's hash tag), so the members
+//! are decided at one `TIME` and charged together or not at all, and a retried id answers
+//! the stored first decision (`replayed`). `evaluate` with an evaluation id is a one-member
+//! `evaluate_all`; without one it runs the single program. On a cluster all keys of a call
+//! must share a slot: members of one subject always do; otherwise the request is refused
+//! with `RequestError::SpansSlots` before anything is sent. Standalone and Sentinel take any
+//! members in one call.
+//!
 //! ## `min_replicas_ack`
 //!
 //! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
