@@ -22,8 +22,8 @@
 -- Reply: {status, replayed, index, row_1, ..., row_n}; status a bulk string, replayed 0 or 1,
 --   index 0 or the 1-based member (n+1: the replay key) the status concerns, and row_i the
 --   member's seven-field reply exactly as its single program answers it (a nested array;
---   every row is present unless nothing was evaluated: the header is INVALID, or the
---   replay key is STATE_INCOMPATIBLE (index n+1); those replies have no rows).
+--   every row is present unless nothing was evaluated: an INVALID header, algorithm code
+--   or argument count, or a STATE_INCOMPATIBLE replay key (index n+1) has no rows).
 --   ALLOWED             every member admitted; every member's state written (SET ... PX)
 --   DENIED              a member denied; nothing written (admitting rows still say ALLOWED)
 --   CLOCK_UNSAFE        member `index` (the first such) saw TIME too far behind its state;
@@ -47,10 +47,12 @@ local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
--- The member functions and M, them by algorithm code. Each is the body of one single
--- program after its time block, given its key's value (RAW) instead of reading it, and
--- handing back the value and TTL of its one SET with its allow, so that the driver below
--- writes only when every member admitted.
+-- The member functions, and M: each of them under its algorithm code as ARGV spells it.
+-- Each is the body of one single program after its time block, given its key's value (RAW)
+-- instead of reading it, and handing back the value and TTL of its one SET with its allow,
+-- so that the driver below writes only when every member admitted. Generated: a unit test
+-- of adapter-redis (programs.rs) holds this section to the single programs, and rewrites it
+-- with RL_WRITE_MULTI_LUA=1.
 -- @generated begin
 -- @member fixed_window begin: generated from rate-fixed-window-v1.lua
 local function member_1(ARGV, now, RAW)

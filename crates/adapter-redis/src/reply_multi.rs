@@ -410,5 +410,10 @@ mod tests {
             run(&multi("INVALID", 0, 0, vec![])),
             incompatible("a", IncompatibleCategory::Program)
         );
+        // The driver refusing member 2's algorithm code: no rows, that member named.
+        assert_eq!(
+            run(&multi("INVALID", 0, 2, vec![])),
+            incompatible("b", IncompatibleCategory::Program)
+        );
     }
 }
