@@ -5,7 +5,7 @@
 //! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
-//!          [--min-replicas-ack N]
+//!          [--min-replicas-ack N] [--policies 1..8]
 //! ```
 //!
 //! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
@@ -25,7 +25,10 @@
 //!
 //! Policies (one per algorithm, cost 1): limit/capacity/burst 1000 per second (sliding log:
 //! 100 per second, its state holds one entry per admitted request). A hot key is therefore
-//! mostly denied, a spread of many keys mostly allowed; both are decisions.
+//! mostly denied, a spread of many keys mostly allowed; both are decisions. With
+//! `--policies N` (N > 1) each decision is one multi-limit evaluation (`evaluate_all`) of N
+//! such policies (`bench`, `bench-2`, ...) for the key's subject; a decision then counts
+//! once however many limits it holds.
 //!
 //! The Redis provider runs with a 500 ms command timeout and an admission bound of
 //! `max(1024, concurrency)`, so neither caps the figure; any outcome that is not a decision
