@@ -5,7 +5,7 @@
 //! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
-//!          [--min-replicas-ack N]
+//!          [--min-replicas-ack N] [--policies 1..8]
 //! ```
 //!
 //! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
@@ -25,7 +25,10 @@
 //!
 //! Policies (one per algorithm, cost 1): limit/capacity/burst 1000 per second (sliding log:
 //! 100 per second, its state holds one entry per admitted request). A hot key is therefore
-//! mostly denied, a spread of many keys mostly allowed; both are decisions.
+//! mostly denied, a spread of many keys mostly allowed; both are decisions. With
+//! `--policies N` (N > 1) each decision is one multi-limit evaluation (`evaluate_all`) of N
+//! such policies (`bench`, `bench-2`, ...) for the key's subject; a decision then counts
+//! once however many limits it holds.
 //!
 //! The Redis provider runs with a 500 ms command timeout and an admission bound of
 //! `max(1024, concurrency)`, so neither caps the figure; any outcome that is not a decision
@@ -41,9 +44,9 @@ use anyhow::{Context as _, bail};
 use hdrhistogram::Histogram;
 use sha2::{Digest as _, Sha256};
 use shared_contract::{
-    AlgorithmKind, AlgorithmSpec, Cost, Deadline, EdgeRateLimitPort, FailurePolicy, PolicyId,
-    PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
-    Readiness, SubjectDigest, SystemClock,
+    AlgorithmKind, AlgorithmSpec, Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits,
+    MultiOutcome, MultiRequest, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, Readiness, SubjectDigest, SystemClock,
 };
 
 /// Which provider to drive.
@@ -106,6 +109,10 @@ pub struct Args {
     /// Replicas that must acknowledge each decision's writes (`WAIT`); 0 is off.
     #[arg(long, default_value_t = 0, value_parser = clap::value_parser!(u32).range(0..=16))]
     pub min_replicas_ack: u32,
+    /// Limits per decision, 1..=8: above 1, each decision is one multi-limit evaluation
+    /// (`evaluate_all`) of that many policies of `--algorithm` for one subject.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
+    pub policies: u64,
 }
 
 fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
@@ -158,6 +165,24 @@ pub fn spec_admitting(kind: AlgorithmKind, limit: u64, span: Duration) -> Option
 /// # Errors
 /// Never for the built-in parameters; the `Result` carries the contract's validation.
 pub fn bench_policy(kind: AlgorithmKind) -> anyhow::Result<RateLimitPolicy> {
+    bench_policy_with_id(kind, "bench")
+}
+
+/// The `n` policies of a `--policies n` run: [`bench_policy`], then the same under the ids
+/// `bench-2`, `bench-3`, ...
+///
+/// # Errors
+/// Never for the built-in parameters; the `Result` carries the contract's validation.
+pub fn bench_policies(kind: AlgorithmKind, n: u64) -> anyhow::Result<Vec<RateLimitPolicy>> {
+    (1..=n)
+        .map(|i| match i {
+            1 => bench_policy(kind),
+            _ => bench_policy_with_id(kind, &format!("bench-{i}")),
+        })
+        .collect()
+}
+
+fn bench_policy_with_id(kind: AlgorithmKind, id: &str) -> anyhow::Result<RateLimitPolicy> {
     // The sliding log's state holds one entry per admitted request: a smaller limit.
     let limit = if kind == AlgorithmKind::SlidingLog {
         100
@@ -168,7 +193,7 @@ pub fn bench_policy(kind: AlgorithmKind) -> anyhow::Result<RateLimitPolicy> {
         bail!("rl-bench has no policy for {kind}");
     };
     RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new("bench")?,
+        id: PolicyId::new(id)?,
         revision: PolicyRevision::new(1)?,
         algorithm,
         max_cost: 1,
@@ -227,6 +252,8 @@ pub struct Report {
     pub algorithm: AlgorithmKind,
     pub keys: u64,
     pub concurrency: u64,
+    /// Limits per decision (`--policies`).
+    pub policies: u64,
     pub elapsed: Duration,
     pub allowed: u64,
     pub denied: u64,
@@ -270,6 +297,7 @@ impl Report {
             "algorithm": self.algorithm.as_str(),
             "keys": self.keys,
             "concurrency": self.concurrency,
+            "policies": self.policies,
         })
     }
 
@@ -280,6 +308,7 @@ impl Report {
             ("algorithm", self.algorithm.as_str().to_owned()),
             ("keys", self.keys.to_string()),
             ("concurrency", self.concurrency.to_string()),
+            ("policies", self.policies.to_string()),
             ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
             ("decisions", self.decisions().to_string()),
             ("decisions/s", format!("{:.0}", self.decisions_per_s())),
@@ -405,9 +434,58 @@ impl Tally {
     }
 }
 
+/// One decision of every policy in `policy_ids` for `key`: a single evaluation for one
+/// policy, else one multi-limit evaluation; (allowed, denied, unavailable, indeterminate,
+/// incompatible, refused) as 0/1.
+async fn decide(
+    port: &dyn EdgeRateLimitPort,
+    policy_ids: &[PolicyId],
+    key: u64,
+    deadline: Deadline,
+) -> anyhow::Result<[u64; 6]> {
+    if let [policy_id] = policy_ids {
+        let request = RateLimitRequest {
+            policy_id: policy_id.clone(),
+            subject: subject(key),
+            cost: Cost::ONE,
+            evaluation_id: None,
+            deadline,
+        };
+        return Ok(match port.evaluate(request).await {
+            Ok(RateLimitOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0],
+            Ok(RateLimitOutcome::Evaluated(_)) => [0, 1, 0, 0, 0, 0],
+            Ok(RateLimitOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0],
+            Ok(RateLimitOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0],
+            Ok(RateLimitOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0],
+            Err(_) => [0, 0, 0, 0, 0, 1],
+        });
+    }
+    let limits = policy_ids
+        .iter()
+        .map(|policy_id| Limit {
+            policy_id: policy_id.clone(),
+            subject: subject(key),
+            cost: Cost::ONE,
+        })
+        .collect();
+    let request = MultiRequest {
+        limits: Limits::new(limits)?,
+        evaluation_id: None,
+        deadline,
+    };
+    Ok(match port.evaluate_all(request).await {
+        Ok(MultiOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0],
+        Ok(MultiOutcome::Evaluated(_)) => [0, 1, 0, 0, 0, 0],
+        Ok(MultiOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0],
+        Ok(MultiOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0],
+        Ok(MultiOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0],
+        Err(_) => [0, 0, 0, 0, 0, 1],
+    })
+}
+
 async fn worker(
     port: Arc<dyn EdgeRateLimitPort>,
-    policy_id: PolicyId,
+    policy_ids: Arc<Vec<PolicyId>>,
     args: Arc<Args>,
     seed: u64,
     stop: Instant,
@@ -417,28 +495,20 @@ async fn worker(
     let budget = Duration::from_secs(5);
     loop {
         let key = pick_key(&mut rng, args.keys, args.hot_key_share);
-        let request = RateLimitRequest {
-            policy_id: policy_id.clone(),
-            subject: subject(key),
-            cost: Cost::ONE,
-            evaluation_id: None,
-            deadline: Deadline::within(budget)?,
-        };
+        let deadline = Deadline::within(budget)?;
         let started = Instant::now();
         if started >= stop {
             return Ok(t);
         }
-        let outcome = port.evaluate(request).await;
+        let [a, d, u, i, c, r] = decide(&*port, &policy_ids, key, deadline).await?;
         let ns = started.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
         t.latency_ns.saturating_record(ns);
-        match outcome {
-            Ok(RateLimitOutcome::Evaluated(d)) if d.allowed => t.allowed += 1,
-            Ok(RateLimitOutcome::Evaluated(_)) => t.denied += 1,
-            Ok(RateLimitOutcome::Unavailable { .. }) => t.unavailable += 1,
-            Ok(RateLimitOutcome::Indeterminate { .. }) => t.indeterminate += 1,
-            Ok(RateLimitOutcome::Incompatible { .. }) => t.incompatible += 1,
-            Err(_) => t.refused += 1,
-        }
+        t.allowed += a;
+        t.denied += d;
+        t.unavailable += u;
+        t.indeterminate += i;
+        t.incompatible += c;
+        t.refused += r;
     }
 }
 
@@ -447,9 +517,9 @@ async fn worker(
 /// # Errors
 /// When the provider cannot be built, or a worker task fails.
 pub async fn run(args: Args) -> anyhow::Result<Report> {
-    let policy = bench_policy(args.algorithm)?;
-    let policy_id = policy.id().clone();
-    let policies = PolicySet::new([policy], policy_id.clone())?;
+    let all = bench_policies(args.algorithm, args.policies)?;
+    let policy_ids: Arc<Vec<PolicyId>> = Arc::new(all.iter().map(|p| p.id().clone()).collect());
+    let policies = PolicySet::new(all, policy_ids[0].clone())?;
     let port = provider(&args, policies).await?;
     let args = Arc::new(args);
     let started = Instant::now();
@@ -458,7 +528,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         .map(|i| {
             tokio::spawn(worker(
                 port.clone(),
-                policy_id.clone(),
+                policy_ids.clone(),
                 args.clone(),
                 0x5EED_0000 + i,
                 stop,
@@ -474,6 +544,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         algorithm: args.algorithm,
         keys: args.keys,
         concurrency: args.concurrency,
+        policies: args.policies,
         elapsed: started.elapsed(),
         allowed: total.allowed,
         denied: total.denied,
@@ -607,6 +678,7 @@ mod tests {
             algorithm: AlgorithmKind::Gcra,
             keys: 10,
             concurrency: 2,
+            policies: 1,
             elapsed: Duration::from_secs(2),
             allowed: 3,
             denied: 1,
@@ -634,6 +706,7 @@ mod tests {
                 "p50_us",
                 "p999_us",
                 "p99_us",
+                "policies",
                 "provider"
             ]
         );
@@ -647,25 +720,49 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_short_local_run_reports_decisions() {
-        let args = Args::try_parse_from([
-            "rl-bench",
-            "--provider",
-            "local",
-            "--algorithm",
-            "fixed_window",
-            "--keys",
-            "1",
-            "--concurrency",
-            "2",
-            "--duration",
-            "200ms",
-        ])
-        .expect("valid arguments");
-        let r = run(args).await.expect("a run");
-        // One hot key with limit 1000 per second: 1000 allowed in the first window at most
-        // (two windows can be touched in 200 ms), the rest denied.
-        assert!(r.decisions() > 1000, "{}", r.table());
-        assert!(r.allowed <= 2000 && r.denied > 0, "{}", r.table());
-        assert_eq!(r.errors(), 0);
+        for policies in ["1", "3"] {
+            let args = Args::try_parse_from([
+                "rl-bench",
+                "--provider",
+                "local",
+                "--algorithm",
+                "fixed_window",
+                "--keys",
+                "1",
+                "--concurrency",
+                "2",
+                "--duration",
+                "200ms",
+                "--policies",
+                policies,
+            ])
+            .expect("valid arguments");
+            let r = run(args).await.expect("a run");
+            // One hot key with limit 1000 per second (each policy): 1000 allowed in the first
+            // window at most (two windows can be touched in 200 ms), the rest denied.
+            assert!(r.decisions() > 1000, "{}", r.table());
+            assert!(r.allowed <= 2000 && r.denied > 0, "{}", r.table());
+            assert_eq!(r.errors(), 0);
+            assert_eq!(r.policies.to_string(), policies);
+        }
+        assert!(
+            Args::try_parse_from([
+                "rl-bench",
+                "--provider",
+                "local",
+                "--algorithm",
+                "gcra",
+                "--keys",
+                "1",
+                "--concurrency",
+                "1",
+                "--duration",
+                "1s",
+                "--policies",
+                "9",
+            ])
+            .is_err(),
+            "more than 8 limits per decision"
+        );
     }
 }

@@ -15,13 +15,19 @@
 //!    disturbed by other processes than the wall-clock `usec_per_call`);
 //! 3. the same for a cost that every program denies.
 //!
-//! Run: `RL_MEASURE=1 cargo test -p bench --test lua_cost -- --nocapture`
+//! A second measurement sets the multi-limit program against single calls: one call of it
+//! deciding three limits (token bucket, fixed window, GCRA) per decision against three calls
+//! of the single programs, on `RL_MEASURE_MULTI_KEYS` (default 100,000) decisions' keys,
+//! allowing and denying, by the same two figures summed over the three single calls.
+//!
+//! Run: `RL_MEASURE=1 cargo test -p bench --test lua_cost -- --nocapture` (one of them:
+//! append its test name, e.g. `multi_program`)
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use acceptance_tests::lua::{Loaded, Program, arguments};
+use acceptance_tests::lua::{Loaded, MULTI_SOURCE, Program, arguments, multi_arguments};
 use acceptance_tests::redis_server::RedisServer;
 use shared_contract::{FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy};
 
@@ -137,6 +143,17 @@ fn resp(out: &mut Vec<u8>, args: &[&[u8]]) {
 
 /// Sends `EVALSHA sha 1 key(i) args...` for every `i` through `redis-cli --pipe`.
 fn pipe(port: u16, db: u8, sha: &str, keys: impl Iterator<Item = u64>, args: &[String]) {
+    pipe_keys(port, db, sha, keys.map(|i| vec![key(i)]), args);
+}
+
+/// Sends `EVALSHA sha <n> keys... args...` for every key list through `redis-cli --pipe`.
+fn pipe_keys(
+    port: u16,
+    db: u8,
+    sha: &str,
+    calls: impl Iterator<Item = Vec<String>>,
+    args: &[String],
+) {
     let mut child = Command::new("redis-cli")
         .args(["-p", &port.to_string(), "-n", &db.to_string(), "--pipe"])
         .stdin(Stdio::piped())
@@ -146,9 +163,10 @@ fn pipe(port: u16, db: u8, sha: &str, keys: impl Iterator<Item = u64>, args: &[S
         .expect("redis-cli (Debian package redis-tools) on PATH");
     let mut stdin = child.stdin.take().expect("stdin");
     let mut buf = Vec::with_capacity(1 << 20);
-    for i in keys {
-        let k = key(i);
-        let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), b"1", k.as_bytes()];
+    for keys in calls {
+        let n = keys.len().to_string();
+        let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), n.as_bytes()];
+        cmd.extend(keys.iter().map(|k| k.as_bytes()));
         cmd.extend(args.iter().map(|a| a.as_bytes()));
         resp(&mut buf, &cmd);
         if buf.len() > 1 << 20 {
@@ -193,6 +211,14 @@ struct Target<'a> {
     db: u8,
     sha: &'a str,
     args: &'a [String],
+    /// The members of each call: `None` for the one key `key(i)`, else `member_key(i, j)`
+    /// for each `j`.
+    members: Option<&'a [u64]>,
+}
+
+/// Member `j`'s key of decision `i`: `key(i)` (so the same hash tag) and one digit more.
+fn member_key(i: u64, j: u64) -> String {
+    format!("{}{j}", key(i))
 }
 
 /// One round of `calls` random-key calls: (usec_per_call, CPU us per call).
@@ -211,11 +237,16 @@ fn round(
         .expect("RESETSTAT");
     let cpu = server_cpu_ns(pid);
     let mut rng = seed;
+    let members = t.members;
     let random = (0..calls).map(move |_| {
         rng = splitmix(rng);
-        rng % keys
+        let i = rng % keys;
+        match members {
+            None => vec![key(i)],
+            Some(js) => js.iter().map(|&j| member_key(i, j)).collect(),
+        }
     });
-    pipe(port, t.db, t.sha, random, t.args);
+    pipe_keys(port, t.db, t.sha, random, t.args);
     let cpu_us = (server_cpu_ns(pid) - cpu) as f64 / 1000.0 / calls as f64;
     let (n, usec) = evalsha_cost(con);
     assert_eq!(n, calls, "every call counted");
@@ -284,6 +315,7 @@ fn lua_program_server_cost_and_memory() {
                             db: 1,
                             sha: &script.sha1,
                             args: mine,
+                            members: None,
                         },
                         &mut a,
                     ),
@@ -292,6 +324,7 @@ fn lua_program_server_cost_and_memory() {
                             db: 0,
                             sha: &plain.sha1,
                             args: theirs,
+                            members: None,
                         },
                         &mut b,
                     ),
@@ -332,5 +365,86 @@ fn lua_program_server_cost_and_memory() {
     println!("\nratio of minimum usec_per_call and of minimum CPU per call (program / plain):");
     for (name, usec, cpu) in ratios {
         println!("{name}: {usec:.2} (usec_per_call), {cpu:.2} (CPU)");
+    }
+}
+
+/// Server cost per decision of three limits: one multi-program call against three single
+/// calls.
+#[test]
+fn multi_program_server_cost_against_single_calls() {
+    if std::env::var("RL_MEASURE").as_deref() != Ok("1") {
+        eprintln!("lua_cost: set RL_MEASURE=1 to measure");
+        return;
+    }
+    let keys = env_u64("RL_MEASURE_MULTI_KEYS", 100_000);
+    let calls = env_u64("RL_MEASURE_CALLS", 100_000);
+    let rounds = env_u64("RL_MEASURE_ROUNDS", 5);
+    let server = RedisServer::start();
+    let (port, pid) = (server.port(), server.pid().expect("a private server"));
+    let mut con = server.connection();
+    let version = info_field(&mut con, "server", "redis_version");
+    let programs = [Program::TokenBucket, Program::FixedWindow, Program::Gcra];
+    let policies = programs.map(policy);
+    let singles = programs.map(|p| Loaded::load(&mut con, p.source()).expect("compiles"));
+    let multi = Loaded::load(&mut con, MULTI_SOURCE).expect("compiles");
+    let members = [0u64, 1, 2];
+    let multi_args = |cost| {
+        let call: Vec<_> = policies.iter().map(|p| (p, cost)).collect();
+        multi_arguments(&call, 0)
+    };
+    // Every key holds state of cost 1 (the multi program writes the single programs' state).
+    let all = (0..keys).map(|i| members.iter().map(|&j| member_key(i, j)).collect());
+    pipe_keys(port, 1, &multi.sha1, all, &multi_args(1));
+    let dbsize: u64 = redis::cmd("SELECT")
+        .arg(1)
+        .query::<()>(&mut con)
+        .and_then(|()| redis::cmd("DBSIZE").query(&mut con))
+        .expect("DBSIZE");
+    assert_eq!(dbsize, 3 * keys, "every member key stored");
+    println!(
+        "\nRedis {version}, {keys} decisions of 3 keys, {rounds} alternating rounds of {calls} calls\n"
+    );
+    println!(
+        "| decision | multi us/call min | 3 singles us sum min | ratio | multi CPU us min | 3 singles CPU us sum min | CPU ratio |"
+    );
+    println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
+    for (label, cost) in [("allow", 1u64), ("deny", 100)] {
+        let m_args = multi_args(cost);
+        let s_args: Vec<Vec<String>> = policies.iter().map(|p| arguments(p, cost)).collect();
+        let (mut m, mut s) = (Samples::default(), Samples::default());
+        for r in 0..rounds {
+            let t = Target {
+                db: 1,
+                sha: &multi.sha1,
+                args: &m_args,
+                members: Some(&members),
+            };
+            let (usec, cpu) = round(&mut con, port, pid, keys, calls, r + 1, &t);
+            m.usec.push(usec);
+            m.cpu_us.push(cpu);
+            let (mut usec, mut cpu) = (0.0, 0.0);
+            for (j, single) in singles.iter().enumerate() {
+                let t = Target {
+                    db: 1,
+                    sha: &single.sha1,
+                    args: &s_args[j],
+                    members: Some(&members[j..=j]),
+                };
+                let (u, c) = round(&mut con, port, pid, keys, calls, r + 1, &t);
+                usec += u;
+                cpu += c;
+            }
+            s.usec.push(usec);
+            s.cpu_us.push(cpu);
+        }
+        let (m_min, _) = Samples::stats(&m.usec);
+        let (s_min, _) = Samples::stats(&s.usec);
+        let (mc_min, _) = Samples::stats(&m.cpu_us);
+        let (sc_min, _) = Samples::stats(&s.cpu_us);
+        println!(
+            "| {label} | {m_min:.2} | {s_min:.2} | {:.2} | {mc_min:.2} | {sc_min:.2} | {:.2} |",
+            m_min / s_min,
+            mc_min / sc_min
+        );
     }
 }

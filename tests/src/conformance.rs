@@ -52,9 +52,9 @@ pub trait Target: Send + Sync {
     /// The `source` of every decision of this target's providers.
     fn source(&self) -> Source;
 
-    /// Whether the provider deduplicates evaluations by `evaluation_id`. Those that do not
-    /// must refuse requests carrying one.
-    fn deduplicates(&self) -> bool {
+    /// Whether one evaluation's keys must share a slot (a Redis Cluster): a multi-limit
+    /// request over several subjects is then refused with `SpansSlots`.
+    fn one_slot_per_call(&self) -> bool {
         false
     }
 }
@@ -84,10 +84,14 @@ macro_rules! conformance_tests {
                     decisions_match_the_reference_model,
                     subjects_and_revisions_are_isolated,
                     request_errors_consume_nothing,
-                    evaluation_id_is_rejected_unless_deduplicating,
+                    evaluation_id_retry_answers_the_first_decision,
                     decision_fields_are_consistent,
                     source_and_certainty_are_reported,
-                    concurrent_requests_on_one_key_admit_exactly_the_limit
+                    concurrent_requests_on_one_key_admit_exactly_the_limit,
+                    multi_limit_charges_all_or_nothing,
+                    multi_limit_evaluation_id_charges_once,
+                    multi_limit_request_errors_consume_nothing,
+                    multi_limit_across_subjects
                 );
             }
         )*
@@ -106,6 +110,11 @@ macro_rules! conformance_tests {
         )*
     };
 }
+
+pub use crate::conformance_multi::{
+    multi_limit_across_subjects, multi_limit_charges_all_or_nothing,
+    multi_limit_evaluation_id_charges_once, multi_limit_request_errors_consume_nothing,
+};
 
 // ---------------------------------------------------------------------------------------------
 // Building blocks
@@ -501,23 +510,28 @@ pub async fn request_errors_consume_nothing(target: &dyn Target, kind: Algorithm
     .await;
 }
 
-/// A provider that does not deduplicate refuses an evaluation id, and consumes nothing.
-pub async fn evaluation_id_is_rejected_unless_deduplicating(
+/// A retry with the same evaluation id answers the first decision and charges nothing more.
+pub async fn evaluation_id_retry_answers_the_first_decision(
     target: &dyn Target,
     kind: AlgorithmKind,
 ) {
-    if target.deduplicates() {
-        return;
-    }
-    let (p, port, s) = one_policy(target, kind, 1, LONG_MS, 1).await;
+    let (p, port, s) = one_policy(target, kind, 2, LONG_MS, 1).await;
     let mut r = request(&p, s, 1);
-    r.evaluation_id = Some(EvaluationId::new("conformance-1").expect("a valid id"));
-    assert_eq!(
-        port.evaluate(r).await,
-        Err(RequestError::EvaluationIdUnsupported),
-        "{kind}"
+    r.evaluation_id =
+        Some(EvaluationId::new(&format!("conformance-{:016x}", random_u64())).expect("a valid id"));
+    let first = port.evaluate(r.clone()).await;
+    assert!(
+        matches!(&first, Ok(RateLimitOutcome::Evaluated(d)) if d.allowed && d.remaining == 1),
+        "{kind}: {first:?}"
     );
-    assert!(decide(&*port, &p, s, 1).await.allowed, "{kind}: consumed");
+    for _ in 0..3 {
+        assert_eq!(port.evaluate(r.clone()).await, first, "{kind}");
+    }
+    assert_eq!(
+        decide(&*port, &p, s, 1).await.remaining,
+        0,
+        "{kind}: charged once"
+    );
 }
 
 /// `limit`, `remaining`, `retry_after`, `reset_at`, policy id and revision agree with each

@@ -3,13 +3,15 @@
 //! - [`rate`] and [`gate`]: what a test sends and asks, built in one place (policies of every
 //!   algorithm, requests, subjects, evaluations; gate settings, events, port calls);
 //! - [`eventually`]: the one bounded wait for something that becomes true in real time;
-//! - [`conformance`]: the provider-neutral conformance suite, run on every provider;
+//! - [`conformance`] (and its multi-limit cases, [`conformance_multi`]): the provider-neutral
+//!   conformance suite, run on every provider;
 //! - [`lua`]: the Lua programs as the tests drive them;
 //! - self-contained Redis topologies (a single server, a cluster, a Sentinel group) with the
 //!   fault tools to break them (a TCP fault proxy, pausing and killing nodes).
 
 pub mod cluster;
 pub mod conformance;
+pub mod conformance_multi;
 pub mod eventually;
 pub mod failover;
 pub mod gate;

@@ -125,21 +125,7 @@ impl Program {
     /// # Errors
     /// When the source lacks exactly one well-ordered `@time-source` block.
     pub fn test_variant(self) -> Result<String, String> {
-        let src = self.source();
-        let (Some(b), Some(e)) = (src.find(BEGIN), src.find(END)) else {
-            return Err(format!("{}: no @time-source block", self.file_name()));
-        };
-        if src.matches(BEGIN).count() != 1 || src.matches(END).count() != 1 || e < b {
-            return Err(format!(
-                "{}: malformed @time-source block",
-                self.file_name()
-            ));
-        }
-        Ok(format!(
-            "{}{TEST_TIME_SOURCE}{}",
-            &src[..b],
-            &src[e + END.len()..]
-        ))
+        test_build(self.file_name(), self.source())
     }
 
     /// The text of the production `@time-source` block, markers included.
@@ -148,6 +134,83 @@ impl Program {
         let b = src.find(BEGIN)?;
         let e = src.find(END)?;
         (e > b).then(|| &src[b..e + END.len()])
+    }
+}
+
+/// The test build of the program `name` with source `src`: the marked `TIME` block replaced
+/// by [`TEST_TIME_SOURCE`].
+///
+/// # Errors
+/// When the source lacks exactly one well-ordered `@time-source` block.
+pub fn test_build(name: &str, src: &str) -> Result<String, String> {
+    let (Some(b), Some(e)) = (src.find(BEGIN), src.find(END)) else {
+        return Err(format!("{name}: no @time-source block"));
+    };
+    if src.matches(BEGIN).count() != 1 || src.matches(END).count() != 1 || e < b {
+        return Err(format!("{name}: malformed @time-source block"));
+    }
+    Ok(format!(
+        "{}{TEST_TIME_SOURCE}{}",
+        &src[..b],
+        &src[e + END.len()..]
+    ))
+}
+
+/// The multi-limit program, exactly as `adapter-redis` embeds it.
+pub const MULTI_SOURCE: &str = include_str!("../../lua/rate-multi-v1.lua");
+
+/// ARGV of the multi-limit program for `members` (policy, cost) and a replay window (0: no
+/// evaluation id), in the order of its header (without the test build's trailing `now`).
+///
+/// # Panics
+/// For a policy of an algorithm without a program.
+pub fn multi_arguments(members: &[(&RateLimitPolicy, u64)], replay_window_ms: u64) -> Vec<String> {
+    let mut args = vec![members.len().to_string(), replay_window_ms.to_string()];
+    for (policy, cost) in members {
+        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
+        let own = arguments(policy, *cost);
+        args.push(program.algorithm_code().to_string());
+        args.push(own.len().to_string());
+        args.extend(own);
+    }
+    args
+}
+
+/// The multi-limit program's reply: `{status, replayed, index, row...}`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MultiReply {
+    pub status: String,
+    pub replayed: bool,
+    pub index: u64,
+    pub rows: Vec<Reply>,
+}
+
+impl MultiReply {
+    /// Parses strictly: a bulk-string status, replayed 0 or 1, an index, seven-field rows.
+    ///
+    /// # Errors
+    /// A description of the first field that does not fit.
+    pub fn parse(value: &Value) -> Result<MultiReply, String> {
+        let Value::Array(fields) = value else {
+            return Err(format!("reply is not an array: {value:?}"));
+        };
+        let (Some(Value::BulkString(status)), Some(Value::Int(replayed)), Some(Value::Int(index))) =
+            (fields.first(), fields.get(1), fields.get(2))
+        else {
+            return Err(format!("malformed header: {value:?}"));
+        };
+        if !matches!(replayed, 0 | 1) || *index < 0 {
+            return Err(format!("malformed header: {value:?}"));
+        }
+        Ok(MultiReply {
+            status: String::from_utf8(status.clone()).map_err(|e| e.to_string())?,
+            replayed: *replayed == 1,
+            index: *index as u64,
+            rows: fields[3..]
+                .iter()
+                .map(Reply::parse)
+                .collect::<Result<_, _>>()?,
+        })
     }
 }
 
@@ -465,6 +528,23 @@ impl Loaded {
     pub fn command<A: redis::ToRedisArgs>(&self, key: &str, args: &[A]) -> redis::Cmd {
         let mut c = redis::cmd("EVALSHA");
         c.arg(&self.sha1).arg(1).arg(key);
+        for a in args {
+            c.arg(a);
+        }
+        c
+    }
+
+    /// The `EVALSHA` command for `keys` and `args` (the multi-limit program).
+    pub fn command_keys<K: redis::ToRedisArgs, A: redis::ToRedisArgs>(
+        &self,
+        keys: &[K],
+        args: &[A],
+    ) -> redis::Cmd {
+        let mut c = redis::cmd("EVALSHA");
+        c.arg(&self.sha1).arg(keys.len());
+        for k in keys {
+            c.arg(k);
+        }
         for a in args {
             c.arg(a);
         }

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use adapter_redis::{RedisProvider, RedisSettings};
+use adapter_redis::{RedisProvider, RedisSettings, Topology};
 use shared_contract::{Clock, EdgeRateLimitPort, PolicySet, Source, SystemClock};
 
 use crate::conformance::Target;
@@ -55,5 +55,9 @@ impl Target for RedisTarget {
 
     fn source(&self) -> Source {
         Source::GlobalRedis
+    }
+
+    fn one_slot_per_call(&self) -> bool {
+        matches!((self.settings)().topology, Topology::Cluster { .. })
     }
 }

@@ -7,6 +7,10 @@
 //! must give exactly the model's seven fields; an allow must store exactly the model's new
 //! state with a TTL of the model's `ttl_ms`; anything else must leave the value and TTL alone.
 //!
+//! The multi-limit program is held to `model::multi::evaluate_all` the same way, on 1..=4
+//! members of mixed algorithms with their own planted states, every step checking the status,
+//! the member it names, every member's row, and every key's value and TTL.
+//!
 //! Keys never expire during a case: each step runs `EVALSHA; GET; PTTL; PERSIST` in one
 //! transaction (Redis does not expire keys within `EXEC`), so model time and real time can
 //! differ freely while the TTL written by the program is still observed exactly.
@@ -16,12 +20,14 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Layout, Loaded, Program, Reply, arguments, decode_state, encode_state, encode_state_as,
+    Layout, Loaded, MULTI_SOURCE, MultiReply, Program, Reply, arguments, decode_state,
+    encode_state, encode_state_as, multi_arguments, test_build,
 };
 use acceptance_tests::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
 use shared_contract::exact::{MAX_SAFE_INTEGER as MAX_SAFE, gcd};
+use shared_contract::model::multi::{Member, MultiVerdict};
 use shared_contract::model::{
     self, AlgorithmState, FixedWindowState, GcraState, ModelError, SlidingLogState,
     SlidingWindowState, TokenBucketState,
@@ -327,6 +333,38 @@ fn differential(program: Program, policies: impl Strategy<Value = RateLimitPolic
     }
 }
 
+/// Plants `plant` for `policy` at `key` (in the layout it selects, else the wide one); the
+/// state planted and its bytes, or neither when no layout can hold it.
+fn plant_at(
+    con: &mut redis::Connection,
+    key: &str,
+    policy: &RateLimitPolicy,
+    plant: &Plant,
+    start: u64,
+) -> Result<(Option<AlgorithmState>, Option<Vec<u8>>), TestCaseError> {
+    let _: () = redis::cmd("DEL").arg(key).query(con).map_err(fail)?;
+    let layout = if plant.5 {
+        Layout::Wide
+    } else {
+        Layout::Compact
+    };
+    let revision = policy.revision().get();
+    let Some(state) = planted_state(plant, start, policy) else {
+        return Ok((None, None));
+    };
+    let Ok(bytes) = encode_state_as(layout, revision, &state)
+        .or_else(|_| encode_state_as(Layout::Wide, revision, &state))
+    else {
+        return Ok((None, None));
+    };
+    let _: () = redis::cmd("SET")
+        .arg(key)
+        .arg(&bytes)
+        .query(con)
+        .map_err(fail)?;
+    Ok((Some(state), Some(bytes)))
+}
+
 fn run_case(
     con: &mut redis::Connection,
     script: &Loaded,
@@ -432,6 +470,207 @@ fn run_case(
                     }
                 }
             }
+        }
+    }
+    Ok(())
+}
+
+type MultiCase = (
+    Vec<(RateLimitPolicy, Plant)>,
+    u64,
+    Vec<(Step, Vec<(u8, u64)>)>,
+);
+
+fn any_policy() -> impl Strategy<Value = RateLimitPolicy> {
+    prop_oneof![
+        policy(fixed_window()),
+        policy(sliding_window()),
+        policy(token_bucket()),
+        policy(gcra()),
+        policy(sliding_log()),
+    ]
+}
+
+#[test]
+fn multi_program_equals_the_multi_model() {
+    let server = RedisServer::shared();
+    let con = RefCell::new(server.connection());
+    let variant = test_build("rate-multi-v1.lua", MULTI_SOURCE).expect("a time block");
+    let script = Loaded::load(&mut con.borrow_mut(), &variant).expect("the test build compiles");
+    let counter = RefCell::new(0u64);
+    let seen = RefCell::new(BTreeMap::<String, u64>::new());
+    let strategy = (
+        prop::collection::vec((any_policy(), plant()), 1..=4),
+        start_time(),
+        prop::collection::vec(
+            (step(), prop::collection::vec((0u8..4, any::<u64>()), 4..=4)),
+            1..16,
+        ),
+    );
+    let mut runner = TestRunner::new(Config {
+        cases: CASES,
+        failure_persistence: None,
+        ..Config::default()
+    });
+    let result = runner.run(&strategy, |case: MultiCase| {
+        *counter.borrow_mut() += 1;
+        let n = *counter.borrow();
+        run_multi_case(
+            &mut con.borrow_mut(),
+            &script,
+            n,
+            case,
+            &mut seen.borrow_mut(),
+        )
+    });
+    if let Err(e) = result {
+        panic!("rate-multi-v1.lua: {e}");
+    }
+    let seen = seen.into_inner();
+    eprintln!("rate-multi-v1.lua: statuses {seen:?}");
+    for status in ["ALLOWED", "DENIED", "CLOCK_UNSAFE", "STATE_INCOMPATIBLE"] {
+        assert!(
+            seen.get(status).is_some_and(|&n| n >= 3),
+            "rate-multi-v1.lua: {status} reached too rarely: {seen:?}"
+        );
+    }
+}
+
+/// Every key's value and PTTL after a step.
+type After = Vec<(Option<Vec<u8>>, i64)>;
+
+/// One call of the multi program and, in the same transaction, every key's value and PTTL
+/// (then PERSIST, so nothing expires between steps).
+fn multi_step(
+    con: &mut redis::Connection,
+    script: &Loaded,
+    keys: &[String],
+    args: &[String],
+) -> Result<(MultiReply, After), TestCaseError> {
+    let mut pipe = redis::pipe();
+    pipe.atomic().add_command(script.command_keys(keys, args));
+    for key in keys {
+        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
+        pipe.cmd("PERSIST").arg(key).ignore();
+    }
+    let mut out: Vec<redis::Value> = pipe.query(con).map_err(fail)?;
+    let reply = MultiReply::parse(&out.remove(0)).map_err(fail)?;
+    let mut after = Vec::new();
+    for pair in out.chunks(2) {
+        let value: Option<Vec<u8>> = redis::from_redis_value(pair[0].clone()).map_err(fail)?;
+        let ttl: i64 = redis::from_redis_value(pair[1].clone()).map_err(fail)?;
+        after.push((value, ttl));
+    }
+    Ok((reply, after))
+}
+
+fn run_multi_case(
+    con: &mut redis::Connection,
+    script: &Loaded,
+    case_no: u64,
+    (members, start, steps): MultiCase,
+    seen: &mut BTreeMap<String, u64>,
+) -> Result<(), TestCaseError> {
+    let keys: Vec<String> = (0..members.len())
+        .map(|i| format!("rl:{{diffm}}{case_no}-{i}"))
+        .collect();
+    let mut states = Vec::new();
+    let mut stored = Vec::new();
+    for ((policy, plant), key) in members.iter().zip(&keys) {
+        let (state, bytes) = plant_at(con, key, policy, plant, start)?;
+        states.push(state);
+        stored.push(bytes);
+    }
+    let first = &members[0].0;
+    let mut now = start;
+    for (i, (step, cost_sels)) in steps.iter().enumerate() {
+        now = next_now(step, now, states[0].as_ref().map(last_ms), first);
+        let costs: Vec<u64> = members
+            .iter()
+            .zip(cost_sels)
+            .map(|((p, _), sel)| pick(*sel, p.max_cost().get()))
+            .collect();
+        let call: Vec<(&RateLimitPolicy, u64)> = members
+            .iter()
+            .map(|(p, _)| p)
+            .zip(costs.iter().copied())
+            .collect();
+        let mut args = multi_arguments(&call, 0);
+        args.push(now.to_string());
+        let (reply, after) = multi_step(con, script, &keys, &args)?;
+        *seen.entry(reply.status.clone()).or_default() += 1;
+        let at = format!("step {i} ({step:?}, now {now}, costs {costs:?}, states {states:?})");
+        prop_assert_eq!(reply.rows.len(), members.len(), "{}", at);
+        prop_assert!(!reply.replayed, "{}", at);
+        let model_members: Vec<Member<'_>> = members
+            .iter()
+            .zip(&states)
+            .zip(&costs)
+            .map(|(((policy, _), state), &cost)| {
+                Cost::new(cost).map(|cost| Member {
+                    policy,
+                    state: state.as_ref(),
+                    cost,
+                })
+            })
+            .collect::<Result<_, _>>()
+            .map_err(fail)?;
+        let evaluation = match model::multi::evaluate_all(&model_members, now) {
+            Err(e) => {
+                let ModelError::StateIncompatible(why) = e.error else {
+                    return Err(fail(format!("{at}: model refused: {e}")));
+                };
+                prop_assert_eq!(&reply.status, "STATE_INCOMPATIBLE", "{} ({})", at, why);
+                prop_assert_eq!(reply.index, e.index as u64 + 1, "{}", at);
+                let row = &reply.rows[e.index];
+                prop_assert_eq!(
+                    (row.status.as_str(), row.server_now_ms, row.limit),
+                    ("STATE_INCOMPATIBLE", now, 0),
+                    "{}",
+                    at
+                );
+                for (j, (value, ttl)) in after.iter().enumerate() {
+                    prop_assert_eq!(value, &stored[j], "{}: member {} rewritten", at, j);
+                    prop_assert!(*ttl < 0, "{}: member {} got a TTL", at, j);
+                }
+                return Ok(());
+            }
+            Ok(evaluation) => evaluation,
+        };
+        let (status, index) = match evaluation.verdict {
+            MultiVerdict::Allowed => ("ALLOWED", 0),
+            MultiVerdict::Denied => ("DENIED", 0),
+            MultiVerdict::ClockUnsafe { index } => ("CLOCK_UNSAFE", index as u64 + 1),
+        };
+        prop_assert_eq!(
+            (reply.status.as_str(), reply.index),
+            (status, index),
+            "{}",
+            at
+        );
+        for (j, e) in evaluation.members.iter().enumerate() {
+            prop_assert_eq!(&reply.rows[j], &Reply::expected(e), "{}: member {}", at, j);
+            let (value, ttl) = &after[j];
+            let Some(new) = &e.new_state else {
+                prop_assert_eq!(value, &stored[j], "{}: member {} changed", at, j);
+                let expected_ttl = if stored[j].is_some() { -1 } else { -2 };
+                prop_assert_eq!(*ttl, expected_ttl, "{}: member {} TTL touched", at, j);
+                continue;
+            };
+            let revision = members[j].0.revision().get();
+            let canonical = encode_state(revision, new).map_err(fail)?;
+            prop_assert_eq!(value.as_ref(), Some(&canonical), "{}: member {}", at, j);
+            let ttl = u64::try_from(*ttl).map_err(|_| fail(format!("{at}: PTTL {ttl}")))?;
+            prop_assert!(
+                ttl <= e.ttl_ms && ttl + PTTL_TOLERANCE_MS >= e.ttl_ms,
+                "{}: member {} PTTL {} for model ttl {}",
+                at,
+                j,
+                ttl,
+                e.ttl_ms
+            );
+            states[j] = Some(new.clone());
+            stored[j] = Some(canonical);
         }
     }
     Ok(())

@@ -25,7 +25,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
-use shared_contract::{RateLimitPolicy, SubjectDigest};
+use shared_contract::{EvaluationId, RateLimitPolicy, SubjectDigest};
 
 use crate::error::{Error, SettingsProblem};
 
@@ -33,6 +33,10 @@ use crate::error::{Error, SettingsProblem};
 const TAG_DOMAIN: &[u8] = b"rl-tag-v1";
 /// Domain label of the key digest.
 const KEY_DOMAIN: &[u8] = b"rl-key-v1";
+/// Domain label of the replay-key digest.
+const REPLAY_DOMAIN: &[u8] = b"rl-replay-v1";
+/// Bytes of SHA-256 kept in a replay key: 16 bytes = 22 base64url characters.
+const REPLAY_BYTES: usize = 16;
 /// Bytes of SHA-256 kept in the tag: 3 bytes = exactly 4 base64url characters.
 const TAG_BYTES: usize = 3;
 /// Bytes of SHA-256 kept in the digest: 12 bytes = exactly 16 base64url characters.
@@ -115,6 +119,42 @@ impl PolicyKeys {
     }
 }
 
+/// One member of a multi-limit evaluation, as its replay key digests it.
+#[derive(Debug, Clone, Copy)]
+pub struct ReplayMember<'a> {
+    pub policy: &'a RateLimitPolicy,
+    pub subject: &'a SubjectDigest,
+    pub cost: u64,
+}
+
+/// The replay key of evaluation id `id` over `members` (in order):
+/// `<prefix>:{tag}e:<digest>`, the tag of the first member's subject (so it shares the
+/// members' slot whenever they share one), the digest over the id and every member's policy
+/// id, revision, subject and cost. The same id with other limits is another key. It cannot
+/// equal a state key: those have no `:` after the tag.
+///
+/// `prefix` is the provider's checked key prefix.
+pub fn replay_key(prefix: &str, id: &EvaluationId, members: &[ReplayMember<'_>]) -> Option<String> {
+    let first = members.first()?;
+    let mut h = Sha256::new();
+    put_field(&mut h, REPLAY_DOMAIN);
+    put_field(&mut h, id.as_str().as_bytes());
+    for m in members {
+        put_field(&mut h, m.policy.id().as_str().as_bytes());
+        put_field(&mut h, &m.policy.revision().get().to_be_bytes());
+        put_field(&mut h, m.subject.as_bytes());
+        put_field(&mut h, &m.cost.to_be_bytes());
+    }
+    let digest = h.finalize();
+    let mut key = String::with_capacity(prefix.len() + 5 + 4 + 22);
+    key.push_str(prefix);
+    key.push_str(":{");
+    push_subject_tag(first.subject, &mut key);
+    key.push_str("}e:");
+    URL_SAFE_NO_PAD.encode_string(&digest[..REPLAY_BYTES], &mut key);
+    Some(key)
+}
+
 /// The 4-character hash tag of a subject: the same for every policy.
 pub fn subject_tag(subject: &SubjectDigest) -> String {
     let mut tag = String::with_capacity(4);
@@ -163,7 +203,8 @@ mod tests {
     use std::time::Duration;
 
     use shared_contract::{
-        AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
+        AlgorithmSpec, EvaluationId, FailurePolicy, PolicyId, PolicyRevision, PolicySpec,
+        RateLimitPolicy,
     };
 
     use super::*;
@@ -256,6 +297,41 @@ mod tests {
         assert_eq!(hash_slot(b"foo"), 12182);
         assert_eq!(hash_slot(b"{user1000}.following"), hash_slot(b"user1000"));
         assert_eq!(hash_slot(b"foo{}{bar}"), hash_slot(b"foo{}{bar}"));
+    }
+
+    #[test]
+    fn a_replay_key_shares_the_first_members_slot_and_digests_every_member() {
+        let (a, b, b2) = (policy("api", 1), policy("login", 1), policy("login", 2));
+        let (s1, s2) = (subject(1), subject(2));
+        let id = EvaluationId::new("retry-1").expect("valid id");
+        let m = |policy, subject, cost| ReplayMember {
+            policy,
+            subject,
+            cost,
+        };
+        let key = replay_key("rl", &id, &[m(&a, &s1, 1), m(&b, &s1, 1)]).expect("members");
+        let state = keys("api", 1).state_key(&s1);
+        assert_eq!(hash_slot(key.as_bytes()), hash_slot(state.as_bytes()));
+        assert!(
+            key.starts_with(&state[..9]) && key[9..].starts_with("e:"),
+            "{key}"
+        );
+        assert!(!key.contains("retry"));
+        for other in [
+            vec![m(&a, &s1, 1)],
+            vec![m(&a, &s1, 2), m(&b, &s1, 1)],
+            vec![m(&a, &s1, 1), m(&b, &s2, 1)],
+            vec![m(&b, &s1, 1), m(&a, &s1, 1)],
+            vec![m(&a, &s1, 1), m(&b2, &s1, 1)],
+        ] {
+            assert_ne!(replay_key("rl", &id, &other), Some(key.clone()));
+        }
+        let id2 = EvaluationId::new("retry-2").expect("valid id");
+        assert_ne!(
+            replay_key("rl", &id2, &[m(&a, &s1, 1), m(&b, &s1, 1)]),
+            Some(key.clone())
+        );
+        assert_eq!(replay_key("rl", &id, &[]), None);
     }
 
     #[test]

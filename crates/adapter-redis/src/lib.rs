@@ -63,6 +63,7 @@ mod pool;
 pub mod programs;
 pub mod provider;
 pub mod reply;
+pub mod reply_multi;
 mod resp;
 pub mod script;
 mod sentinel;

@@ -168,6 +168,11 @@ impl Pool {
         }
     }
 
+    /// Whether calls go to a Redis Cluster (where one call's keys must share a slot).
+    pub(crate) fn is_cluster(&self) -> bool {
+        matches!(self.masters, Masters::Cluster(_))
+    }
+
     /// `Ready` when a call can be made now (on a cluster: on every slot).
     pub(crate) async fn readiness(&self, timeout: Duration) -> Readiness {
         match &self.masters {

@@ -76,9 +76,37 @@ pub static PROGRAMS: [Program; 5] = [
     ),
 ];
 
+/// The multi-limit program: 1..=8 members of any algorithms decided as one, with an
+/// optional evaluation id (calling convention: `docs/lua-programs.md`). Its member functions
+/// are the single programs' bodies (a test regenerates them from [`PROGRAMS`]), so it reads
+/// and writes exactly their state encodings.
+pub static MULTI: Script = embedded!(
+    "rate-multi-v1.lua",
+    &[&commands::TIME, &commands::GET, &commands::SET]
+);
+
 /// Every program's script, as a provider preloads them and the ACL check covers them.
 pub(crate) fn scripts() -> Vec<&'static Script> {
-    PROGRAMS.iter().map(|p| &p.script).collect()
+    PROGRAMS
+        .iter()
+        .map(|p| &p.script)
+        .chain(std::iter::once(&MULTI))
+        .collect()
+}
+
+/// The code of an algorithm in the multi program's arguments (also the low bits of its state
+/// tag); 0 for none.
+pub fn algorithm_code(kind: AlgorithmKind) -> u64 {
+    match kind {
+        AlgorithmKind::FixedWindow => 1,
+        AlgorithmKind::SlidingWindow => 2,
+        AlgorithmKind::TokenBucket => 3,
+        AlgorithmKind::Gcra => 4,
+        AlgorithmKind::SlidingLog => 5,
+        // An algorithm this build has no program for: the multi program refuses code 0
+        // (`INVALID`, reported `Incompatible(program)`), so it is never guessed at.
+        _ => 0,
+    }
 }
 
 /// The program of an algorithm.
@@ -160,6 +188,108 @@ mod tests {
         for p in &PROGRAMS {
             crate::script::tests::assert_declares_its_calls(&p.script);
         }
+    }
+
+    /// The member functions of the multi program, generated from the single programs: each
+    /// body after its time block, indented, as `local function member_<code>(ARGV, now, RAW)`,
+    /// where `RAW` is the key's value as `redis.pcall('GET', key)` answers it (the driver
+    /// reads it), the key count check dropped (the driver checks its keys), and the one
+    /// `SET` and the allow after it becoming an allow that hands back the value and TTL to
+    /// write. Then `M`, the functions by the algorithm code as ARGV spells it.
+    fn multi_members() -> Result<String, String> {
+        const SET: &str = "redis.call('SET', KEYS[1], value, 'PX', ";
+        const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
+        const KEYS: &str = "#KEYS ~= 1 or ";
+        const INLINE: &str = "-- Everything is inline: the chunk runs once per call, so every \
+                              helper function would be a\n-- new closure per call, and argument \
+                              checks dominate the cost of a call.\n";
+        let mut kinds = AlgorithmKind::ALL;
+        kinds.sort_by_key(|k| algorithm_code(*k));
+        let mut out = String::new();
+        for kind in kinds {
+            let s = &program(kind).script;
+            let (_, body) = s
+                .source
+                .split_once("-- @time-source end\n")
+                .ok_or_else(|| format!("{}: no time block", s.name))?;
+            let body = body.trim_start_matches('\n').replacen(INLINE, "", 1);
+            for (what, n) in [(SET, 1), (GET, 1), (KEYS, 1)] {
+                if body.matches(what).count() != n {
+                    return Err(format!("{}: {what:?} not exactly once", s.name));
+                }
+            }
+            let body = body
+                .replacen(GET, "local raw = RAW", 1)
+                .replacen(KEYS, "", 1);
+            let code = algorithm_code(kind);
+            out.push_str(&format!(
+                "-- @member {kind} begin: generated from {}\nlocal function member_{code}(ARGV, \
+                 now, RAW)\n",
+                s.name
+            ));
+            let mut lines = body.lines();
+            while let Some(line) = lines.next() {
+                let line = match line.split_once(SET) {
+                    Some((indent, rest)) => {
+                        let ttl = rest
+                            .strip_suffix(')')
+                            .ok_or_else(|| format!("{}: state write not on one line", s.name))?;
+                        let allow = lines
+                            .next()
+                            .map(str::trim_start)
+                            .filter(|l| l.starts_with("return { 'ALLOWED'"))
+                            .ok_or_else(|| format!("{}: no allow after the write", s.name))?;
+                        format!("{indent}{allow}, value, {ttl}")
+                    }
+                    None => line.to_owned(),
+                };
+                if line.is_empty() {
+                    out.push('\n');
+                } else {
+                    out.push_str(&format!("  {line}\n"));
+                }
+            }
+            out.push_str(&format!("end\n-- @member {kind} end\n"));
+        }
+        let table: Vec<String> = kinds
+            .iter()
+            .map(|k| format!("['{0}'] = member_{0}", algorithm_code(*k)))
+            .collect();
+        out.push_str(&format!("local M = {{ {} }}\n", table.join(", ")));
+        Ok(out)
+    }
+
+    /// Holds the generated section of `lua/rate-multi-v1.lua` to the single programs. With
+    /// `RL_WRITE_MULTI_LUA=1` it rewrites the section instead (after a single program
+    /// changed).
+    #[test]
+    fn multi_program_members_are_the_single_programs() {
+        const BEGIN: &str = "-- @generated begin\n";
+        const END: &str = "-- @generated end\n";
+        let members = multi_members().expect("single programs of the expected shape");
+        let source = MULTI.source;
+        let (head, rest) = source.split_once(BEGIN).expect("generated begin marker");
+        let (_, tail) = rest.split_once(END).expect("generated end marker");
+        let want = format!("{head}{BEGIN}{members}{END}{tail}");
+        if std::env::var_os("RL_WRITE_MULTI_LUA").is_some() {
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua/rate-multi-v1.lua");
+            std::fs::write(path, &want).expect("writable lua/");
+            return;
+        }
+        assert!(
+            source == want,
+            "lua/rate-multi-v1.lua is not generated from the single programs; rerun this \
+             test with RL_WRITE_MULTI_LUA=1"
+        );
+    }
+
+    #[test]
+    fn multi_program_is_preloaded_and_declares_its_calls() {
+        assert!(scripts().iter().any(|s| s.name == MULTI.name));
+        crate::script::tests::assert_declares_its_calls(&MULTI);
+        assert_eq!(MULTI.source.matches("redis.call('TIME')").count(), 1);
+        assert!(MULTI.test_variant().is_ok());
+        assert!(MULTI.source.starts_with("-- rate-multi-v1.lua"));
     }
 
     #[test]

@@ -30,6 +30,17 @@
 //! (see [`crate::failure`]). A program is sent again only after a reply proving it did not
 //! run (`NOSCRIPT`, `MOVED`, `ASK`).
 //!
+//! ## Multi-limit evaluations and evaluation ids
+//!
+//! `evaluate_all` sends one call of `lua/rate-multi-v1.lua` with every member's key (and,
+//! with an evaluation id, the replay key under the first member's hash tag), so the members
+//! are decided at one `TIME` and charged together or not at all, and a retried id answers
+//! the stored first decision (`replayed`). `evaluate` with an evaluation id is a one-member
+//! `evaluate_all`; without one it runs the single program. On a cluster all keys of a call
+//! must share a slot: members of one subject always do; otherwise the request is refused
+//! with `RequestError::SpansSlots` before anything is sent. Standalone and Sentinel take any
+//! members in one call.
+//!
 //! ## `min_replicas_ack`
 //!
 //! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
@@ -40,12 +51,13 @@
 //! exactly the over-admission this setting exists to prevent). A denial consumed nothing, so
 //! it stands, and does not wait for the replicas.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 
 use redis::Value;
+use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    EdgeRateLimitPort, MultiDecision, MultiOutcome, MultiRequest, PolicyId, PolicySet,
+    EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest, PolicyId, PolicySet,
     RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, RequestError,
     UnavailableCategory,
 };
@@ -53,10 +65,11 @@ use shared_contract::{
 use crate::acl::Needs;
 use crate::error::Error;
 use crate::failure::Failure;
-use crate::keys::{PolicyKeys, hash_slot};
+use crate::keys::{PolicyKeys, ReplayMember, hash_slot, replay_key};
 use crate::pool::Pool;
 use crate::programs::{self, Program};
 use crate::reply;
+use crate::reply_multi;
 use crate::resp;
 use crate::script::ScriptArgs;
 use crate::settings::RedisSettings;
@@ -65,6 +78,8 @@ use crate::settings::RedisSettings;
 #[derive(Debug)]
 struct Plan {
     program: &'static Program,
+    /// The algorithm's code in the multi program's arguments.
+    code: u64,
     keys: PolicyKeys,
     /// How many arguments follow the key (`ARGV[1]` the cost, then `ARGV[2..]`).
     argc: usize,
@@ -81,6 +96,7 @@ impl Plan {
         }
         Ok(Self {
             program: programs::program(policy.kind()),
+            code: programs::algorithm_code(policy.kind()),
             keys: PolicyKeys::new(prefix, policy)?,
             argc: 1 + args.len(),
             args_resp,
@@ -108,6 +124,48 @@ impl ScriptArgs for Evaluation<'_> {
     }
 
     /// Only an allow consumed quota; a denial wrote nothing worth waiting for.
+    fn needs_ack(&self, reply: &Value) -> bool {
+        reply::is_allowed(reply)
+    }
+}
+
+/// One multi-limit program call: `n+r keys... n window (code argc cost args...)...` after
+/// `EVALSHA sha1`, `r` = 1 with a replay key.
+struct MultiCall<'a> {
+    /// Each member's plan, state key and cost.
+    members: Vec<(&'a Plan, String, u64)>,
+    /// The replay key and its window, with an evaluation id.
+    replay: Option<(String, u64)>,
+}
+
+impl ScriptArgs for MultiCall<'_> {
+    fn count(&self) -> usize {
+        let keys = self.members.len() + usize::from(self.replay.is_some());
+        let args: usize = self.members.iter().map(|(p, _, _)| 2 + p.argc).sum();
+        1 + keys + 2 + args
+    }
+
+    fn write(&self, out: &mut Vec<u8>) {
+        let keys = self.members.len() + usize::from(self.replay.is_some());
+        resp::write_bulk_u64(out, keys as u64);
+        for (_, key, _) in &self.members {
+            resp::write_bulk(out, key.as_bytes());
+        }
+        if let Some((key, _)) = &self.replay {
+            resp::write_bulk(out, key.as_bytes());
+        }
+        resp::write_bulk_u64(out, self.members.len() as u64);
+        resp::write_bulk_u64(out, self.replay.as_ref().map_or(0, |(_, w)| *w));
+        for (plan, _, cost) in &self.members {
+            resp::write_bulk_u64(out, plan.code);
+            resp::write_bulk_u64(out, plan.argc as u64);
+            resp::write_bulk_u64(out, *cost);
+            out.extend_from_slice(&plan.args_resp);
+        }
+    }
+
+    /// Only an allow consumed quota (a replayed allow too: its writes are waited for again,
+    /// which costs one shared `WAIT` and never reports a lost charge as durable).
     fn needs_ack(&self, reply: &Value) -> bool {
         reply::is_allowed(reply)
     }
@@ -185,6 +243,25 @@ impl RedisProvider {
         }
     }
 
+    fn unavailable_all(
+        &self,
+        policy: &RateLimitPolicy,
+        category: UnavailableCategory,
+    ) -> MultiOutcome {
+        MultiOutcome::Unavailable {
+            policy_id: policy.id().clone(),
+            retry_after_ms: self.settings.retry_after_ms(),
+            category,
+        }
+    }
+
+    fn indeterminate_all(&self, policy: &RateLimitPolicy) -> MultiOutcome {
+        MultiOutcome::Indeterminate {
+            policy_id: policy.id().clone(),
+            retry_after_ms: self.settings.retry_after_ms(),
+        }
+    }
+
     fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
         RateLimitOutcome::Indeterminate {
             policy_id: policy.id().clone(),
@@ -197,7 +274,10 @@ impl RedisProvider {
 impl EdgeRateLimitPort for RedisProvider {
     async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         if request.evaluation_id.is_some() {
-            return Err(RequestError::EvaluationIdUnsupported);
+            // Idempotency lives in the multi-limit program: one limit is a one-member call.
+            let policy_id = request.policy_id.clone();
+            let outcome = self.evaluate_all(MultiRequest::single(request)).await?;
+            return Ok(outcome.into_single(&policy_id));
         }
         let policy = self.policies.admit(&request)?;
         let Some(plan) = self.plans.get(policy.id()) else {
@@ -249,34 +329,87 @@ impl EdgeRateLimitPort for RedisProvider {
         Ok(outcome)
     }
 
+    /// One call of `lua/rate-multi-v1.lua` for every member (and the evaluation id's replay
+    /// key), so the members are decided and charged together, and a retried id answers the
+    /// stored first decision. On a cluster the keys must share one slot (members of one
+    /// subject do); otherwise the request is refused before anything is sent.
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
-        // Interim: one limit without an id runs the single program; the multi-limit program
-        // replaces this.
-        if request.evaluation_id.is_some() || request.limits.len() != 1 {
-            return Err(RequestError::EvaluationIdUnsupported);
+        let policies = self.policies.admit_all(&request)?;
+        let mut members = Vec::with_capacity(policies.len());
+        for (limit, policy) in request.limits.iter().zip(&policies) {
+            let Some(plan) = self.plans.get(policy.id()) else {
+                // Every policy of the set has a plan (built in `connect`); this is unreachable.
+                return Err(RequestError::UnknownPolicy(policy.id().clone()));
+            };
+            members.push((plan, plan.keys.state_key(&limit.subject), limit.cost.get()));
         }
-        let limit = &request.limits.as_slice()[0];
-        let policy_id = limit.policy_id.clone();
-        let outcome = self
-            .evaluate(RateLimitRequest {
-                policy_id: limit.policy_id.clone(),
-                subject: limit.subject,
-                cost: limit.cost,
-                evaluation_id: None,
-                deadline: request.deadline,
-            })
-            .await?;
-        Ok(match outcome {
-            RateLimitOutcome::Evaluated(d) => MultiOutcome::Evaluated(MultiDecision {
-                allowed: d.allowed,
-                decisions: vec![d],
-                replayed: false,
-            }),
-            other => MultiOutcome::from_failure(other).unwrap_or(MultiOutcome::unavailable(
-                policy_id,
-                UnavailableCategory::Connect,
-            )),
-        })
+        let slots: BTreeSet<u16> = members
+            .iter()
+            .map(|(_, key, _)| hash_slot(key.as_bytes()))
+            .collect();
+        if slots.len() > 1 && self.pool.is_cluster() {
+            return Err(RequestError::SpansSlots { slots: slots.len() });
+        }
+        let first = policies[0];
+        let replay = match &request.evaluation_id {
+            Some(id) => {
+                let digested: Vec<ReplayMember<'_>> = request
+                    .limits
+                    .iter()
+                    .zip(&policies)
+                    .map(|(l, p)| ReplayMember {
+                        policy: p,
+                        subject: &l.subject,
+                        cost: l.cost.get(),
+                    })
+                    .collect();
+                replay_key(&self.settings.key_prefix, id, &digested)
+                    .map(|key| (key, replay_window_ms(policies.iter().copied())))
+            }
+            None => None,
+        };
+        let timeout = self.settings.command_timeout;
+        let _permit = match self.pool.admit(request.deadline, timeout) {
+            Ok(permit) => permit,
+            Err(category) => return Ok(self.unavailable_all(first, category)),
+        };
+        let slot = hash_slot(members[0].1.as_bytes());
+        let call = MultiCall { members, replay };
+        let reply = match self
+            .pool
+            .run_script(&programs::MULTI, slot, &call, timeout)
+            .await
+        {
+            Ok(reply) => reply,
+            Err(Failure::Unavailable(category)) => {
+                return Ok(self.unavailable_all(first, category));
+            }
+            Err(Failure::Incompatible(category)) => {
+                return Ok(MultiOutcome::Incompatible {
+                    policy_id: first.id().clone(),
+                    category,
+                });
+            }
+            Err(Failure::Indeterminate | Failure::NoScript) => {
+                return Ok(self.indeterminate_all(first));
+            }
+        };
+        let outcome =
+            reply_multi::outcome(&reply.value, &policies).unwrap_or(MultiOutcome::Incompatible {
+                policy_id: first.id().clone(),
+                category: IncompatibleCategory::Reply,
+            });
+        let allowed = matches!(&outcome, MultiOutcome::Evaluated(d) if d.allowed);
+        if allowed && !reply.durable(self.settings.min_replicas_ack) {
+            tracing::debug!(
+                program = programs::MULTI.name,
+                wanted = self.settings.min_replicas_ack,
+                acked = reply.replicas_acked,
+                "multi-limit allow not acknowledged by enough replicas; reported indeterminate"
+            );
+            return Ok(self.indeterminate_all(first));
+        }
+        Ok(outcome)
     }
 
     fn policies(&self) -> &PolicySet {

@@ -34,7 +34,7 @@ pub enum Status {
 }
 
 impl Status {
-    fn parse(bytes: &[u8]) -> Option<Self> {
+    pub(crate) fn parse(bytes: &[u8]) -> Option<Self> {
         Some(match bytes {
             b"ALLOWED" => Status::Allowed,
             b"DENIED" => Status::Denied,
@@ -76,6 +76,13 @@ pub enum ReplyError {
     },
     #[error("reply contradicts the policy: {0}")]
     Inconsistent(&'static str),
+    #[error("multi-limit reply: {0}")]
+    Multi(&'static str),
+    #[error("multi-limit reply, member {index}: {error}")]
+    Member {
+        index: usize,
+        error: Box<ReplyError>,
+    },
 }
 
 const NAMES: [&str; ARITY] = [
