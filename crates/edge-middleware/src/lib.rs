@@ -99,7 +99,7 @@ pub mod subject;
 
 pub use layer::{PeerIp, RateLimit, RateLimitLayer};
 pub use limiter::{BreakerGauge, Limiter, Member, PolicyIndex};
-pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping};
+pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
 pub use subject::{
     MAX_CONST_BYTES, MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource,
 };

@@ -75,6 +75,23 @@ impl std::fmt::Display for HeaderCondition {
     }
 }
 
+/// Parses an HTTP method name, case-insensitively (`get` is `GET`; an extension method is
+/// taken in upper case too).
+///
+/// # Errors
+/// A message naming `s` when it is not a method token.
+pub fn parse_method(s: &str) -> Result<Method, String> {
+    let upper = s.to_ascii_uppercase();
+    let token = !upper.is_empty()
+        && upper
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    match Method::from_bytes(upper.as_bytes()) {
+        Ok(m) if token => Ok(m),
+        _ => Err(format!("{s:?} is not an HTTP method")),
+    }
+}
+
 /// Where a rule's cost comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CostSource {
@@ -454,6 +471,12 @@ mod tests {
         for bad in ["", "a b", "=x", "x-a=\u{7}"] {
             assert!(HeaderCondition::parse(bad).is_err(), "{bad:?}");
         }
+        assert_eq!(parse_method("get"), Ok(Method::GET));
+        assert_eq!(
+            parse_method("PURGE").map(|m| m.to_string()),
+            Ok("PURGE".into())
+        );
+        assert!(parse_method("").is_err() && parse_method("GE T").is_err());
         let c = CostSource::parse_header("header:X-Cost").expect("valid");
         assert_eq!(c.to_string(), "header:x-cost");
         for bad in ["x-cost", "header:", "header:a b"] {
