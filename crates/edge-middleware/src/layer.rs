@@ -202,16 +202,35 @@ where
     }
 }
 
-/// The limits of one request, on the stack: at most [`MAX_LIMITS`].
+/// The limits of one request while they are gathered, on the stack: at most [`MAX_LIMITS`].
 struct Gathered<'s> {
     members: [Option<Member>; MAX_LIMITS],
     resolved: [Option<&'s Resolved>; MAX_LIMITS],
     len: usize,
 }
 
-impl Gathered<'_> {
-    fn member(&self, i: usize) -> Option<Member> {
-        self.members.get(i).copied().flatten()
+/// The limits of one request as they are evaluated. Small, because the request's future
+/// holds it across the evaluation (and a larger future costs a larger copy into its box).
+enum Limits<'s> {
+    /// The common case: one single evaluation, nothing on the heap.
+    One(Member, &'s Resolved),
+    Many(Vec<Member>, Vec<&'s Resolved>),
+}
+
+impl<'s> Gathered<'s> {
+    fn finish(&self) -> Option<Limits<'s>> {
+        match (self.members[0], self.resolved[0]) {
+            (Some(m), Some(r)) if self.len == 1 => Some(Limits::One(m, r)),
+            _ if self.len > 1 => Some(Limits::Many(
+                self.members[..self.len].iter().flatten().copied().collect(),
+                self.resolved[..self.len]
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .collect(),
+            )),
+            _ => None,
+        }
     }
 }
 
@@ -220,7 +239,7 @@ impl Gathered<'_> {
 fn gather<'s, B, R: From<String>>(
     shared: &'s Shared,
     req: &Request<B>,
-) -> Result<Gathered<'s>, Response<R>> {
+) -> Result<Limits<'s>, Response<R>> {
     let limiter = &shared.limiter;
     let mut g = Gathered {
         members: [None; MAX_LIMITS],
@@ -271,7 +290,9 @@ fn gather<'s, B, R: From<String>>(
         g.resolved[g.len] = Some(resolved);
         g.len += 1;
     }
-    Ok(g)
+    // Converted here, so the stack arrays are never returned or held across an await.
+    g.finish()
+        .ok_or_else(|| problem::internal("no route matches this request"))
 }
 
 fn cost_problem<R: From<String>>(detail: &str) -> Response<R> {
@@ -323,24 +344,36 @@ fn subject<B, R: From<String>>(
     } else {
         &[]
     };
+    // One part, the common case: read once, checked and digested as it is.
+    if let [one] = rule.subject.as_slice() {
+        let raw = raw_part(one, req, ip);
+        return match too_long(one, raw.len()) {
+            Some(refused) => Err(refused),
+            None => Ok(limiter.digest(raw)),
+        };
+    }
     for part in &rule.subject {
-        let len = raw_part(part, req, ip).len();
-        if len > MAX_SUBJECT_BYTES {
-            let what = match part {
-                Part::Header(name) => format!("the subject header {name}"),
-                Part::Segment(i) => format!("the subject path segment {i}"),
-                Part::Ip | Part::Const(_) => "a subject part".to_owned(),
-            };
-            return Err(problem::bad_request(
-                "subject_too_long",
-                &format!("{what} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"),
-            ));
+        if let Some(refused) = too_long(part, raw_part(part, req, ip).len()) {
+            return Err(refused);
         }
     }
-    Ok(match rule.subject.as_slice() {
-        [one] => limiter.digest(raw_part(one, req, ip)),
-        parts => limiter.digest_composed(parts.iter().map(|p| raw_part(p, req, ip))),
-    })
+    Ok(limiter.digest_composed(rule.subject.iter().map(|p| raw_part(p, req, ip))))
+}
+
+/// The 400 for a subject `part` of `len` bytes when that is more than [`MAX_SUBJECT_BYTES`].
+fn too_long<R: From<String>>(part: &Part, len: usize) -> Option<Response<R>> {
+    if len <= MAX_SUBJECT_BYTES {
+        return None;
+    }
+    let what = match part {
+        Part::Header(name) => format!("the subject header {name}"),
+        Part::Segment(i) => format!("the subject path segment {i}"),
+        Part::Ip | Part::Const(_) => "a subject part".to_owned(),
+    };
+    Some(problem::bad_request(
+        "subject_too_long",
+        &format!("{what} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"),
+    ))
 }
 
 async fn limit<S, ReqBody, ResBody>(
@@ -355,42 +388,62 @@ where
     let limiter = &shared.limiter;
     // Nothing borrowed from the request lives across an await: the body is `Send` but not
     // `Sync`, so the future could not be `Send` otherwise.
-    let g = match gather(&shared, &req) {
-        Ok(g) => g,
+    let gathered = match gather(&shared, &req) {
+        Ok(limits) => limits,
         Err(refused) => return Ok(refused),
     };
-    let outcome = match (g.len, g.member(0)) {
-        (1, Some(m)) => match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
-            Ok(RateLimitOutcome::Evaluated(d)) => Ok(d),
-            Ok(other) => Err(other),
-            Err(e) => return Ok(problem::internal(&e.to_string())),
-        },
-        _ => {
-            let members: Vec<Member> = g.members[..g.len].iter().flatten().copied().collect();
-            match limiter.evaluate_all(&members, None).await {
-                Ok(MultiOutcome::Evaluated(d)) => {
-                    return Ok(decided(&shared, &g, &d.decisions, inner, req).await);
-                }
-                Ok(other) => {
-                    let first = members
-                        .first()
-                        .map(|m| limiter.policy(m.index).id().clone());
-                    match first {
-                        Some(id) => Err(other.into_single(&id)),
-                        None => return Ok(problem::internal("no limits")),
-                    }
-                }
+    let verdict = match gathered {
+        Limits::One(m, resolved) => {
+            match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
+                Ok(RateLimitOutcome::Evaluated(d)) => verdict(
+                    &shared,
+                    std::slice::from_ref(&resolved),
+                    std::slice::from_ref(&d),
+                ),
+                Ok(other) => return Ok(no_decision(limiter, other, inner, req).await),
                 Err(e) => return Ok(problem::internal(&e.to_string())),
             }
         }
+        Limits::Many(members, resolved) => match limiter.evaluate_all(&members, None).await {
+            Ok(MultiOutcome::Evaluated(d)) => verdict(&shared, &resolved, &d.decisions),
+            Ok(other) => {
+                let first = limiter.policy(members[0].index).id();
+                let single = other.into_single(first);
+                return Ok(no_decision(limiter, single, inner, req).await);
+            }
+            Err(e) => return Ok(problem::internal(&e.to_string())),
+        },
     };
-    match outcome {
-        Ok(d) => Ok(decided(&shared, &g, std::slice::from_ref(&d), inner, req).await),
-        Err(o) if limiter.allows(&o) => match inner.call(req).await {
-            Ok(r) => Ok(r),
+    let mut response = match verdict.refused {
+        Some(r) => r,
+        None => match inner.call(req).await {
+            Ok(r) => r,
             Err(never) => match never {},
         },
-        Err(o) => Ok(unavailable(&o)),
+    };
+    let h = response.headers_mut();
+    h.insert(headers::RATELIMIT_POLICY_NAME, verdict.policy_value);
+    h.insert(headers::RATELIMIT_NAME, verdict.limit_value);
+    Ok(response)
+}
+
+/// The answer to an outcome that is not a decision: through under `fail_open`, else 503.
+async fn no_decision<S, ReqBody, ResBody>(
+    limiter: &Limiter,
+    outcome: RateLimitOutcome,
+    mut inner: S,
+    req: Request<ReqBody>,
+) -> Response<ResBody>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
+    ResBody: From<String>,
+{
+    if !limiter.allows(&outcome) {
+        return unavailable(&outcome);
+    }
+    match inner.call(req).await {
+        Ok(r) => r,
+        Err(never) => match never {},
     }
 }
 
@@ -411,20 +464,20 @@ fn unavailable<R: From<String>>(outcome: &RateLimitOutcome) -> Response<R> {
     response
 }
 
-/// The answer to a request whose limits were decided: the inner service's when every one
-/// allowed, else 429; with the `RateLimit-Policy` / `RateLimit` members of `decisions` (one
-/// per gathered limit, in order).
-async fn decided<S, ReqBody, ResBody>(
+/// What the decisions of a request's limits say: the `RateLimit-Policy` / `RateLimit` values
+/// (one member per limit, in order) and, when any denied, the 429.
+struct Verdict<R> {
+    policy_value: HeaderValue,
+    limit_value: HeaderValue,
+    refused: Option<Response<R>>,
+}
+
+/// The [`Verdict`] of `decisions`, one per `resolved` limit.
+fn verdict<R: From<String>>(
     shared: &Shared,
-    g: &Gathered<'_>,
+    resolved: &[&Resolved],
     decisions: &[RateLimitDecision],
-    mut inner: S,
-    req: Request<ReqBody>,
-) -> Response<ResBody>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
-    ResBody: From<String>,
-{
+) -> Verdict<R> {
     let limiter = &shared.limiter;
     let now_ms = shared.clock.now_ms();
     let mut limit_field = Vec::new();
@@ -433,8 +486,8 @@ where
     // a 429's `Retry-After` (see `headers`: the draft wants it no earlier than the effective
     // window's end).
     let mut retry_after_secs = 0u64;
-    for (d, resolved) in decisions.iter().zip(g.resolved.iter().flatten()) {
-        let policy = limiter.policy(resolved.index);
+    for (d, r) in decisions.iter().zip(resolved) {
+        let policy = limiter.policy(r.index);
         let t = headers::effective_window(policy, d, now_ms);
         headers::push_limit(&mut limit_field, policy, d.remaining, t);
         if d.remaining == 0
@@ -447,31 +500,27 @@ where
             retry_after_secs = retry_after_secs.max(headers::retry_after_secs(d));
         }
     }
-    let policy_value = match &g.resolved[..g.len] {
-        [Some(one)] => one.policy_value.clone(),
+    let policy_value = match resolved {
+        [one] => one.policy_value.clone(),
         many => {
             let mut field = String::new();
-            for r in many.iter().flatten() {
+            for r in many {
                 headers::push_policy(&mut field, limiter.policy(r.index));
             }
             headers::value(field)
         }
     };
-    let mut response = if violated.is_empty() {
-        match inner.call(req).await {
-            Ok(r) => r,
-            Err(never) => match never {},
-        }
-    } else {
+    let refused = (!violated.is_empty()).then(|| {
         let mut r = problem::quota_exceeded(&violated);
         r.headers_mut()
             .insert(header::RETRY_AFTER, HeaderValue::from(retry_after_secs));
         r
-    };
-    let h = response.headers_mut();
-    h.insert(headers::RATELIMIT_POLICY_NAME, policy_value);
-    h.insert(headers::RATELIMIT_NAME, headers::bytes_value(limit_field));
-    response
+    });
+    Verdict {
+        policy_value,
+        limit_value: headers::bytes_value(limit_field),
+        refused,
+    }
 }
 
 #[cfg(test)]

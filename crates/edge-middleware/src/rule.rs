@@ -150,6 +150,8 @@ pub struct Rule {
     methods: Vec<Method>,
     host: Option<String>,
     headers: Vec<(HeaderName, Option<HeaderValue>)>,
+    /// No condition but the path prefix (the common rule): matching reads the path only.
+    path_only: bool,
     pub(crate) cost: RuleCost,
 }
 
@@ -185,8 +187,14 @@ impl Rule {
             methods: Vec::new(),
             host: None,
             headers: Vec::new(),
+            path_only: true,
             cost: RuleCost::Fixed(Cost::ONE),
         }
+    }
+
+    fn conditions_changed(mut self) -> Self {
+        self.path_only = self.methods.is_empty() && self.host.is_none() && self.headers.is_empty();
+        self
     }
 
     /// The same rule with the subject composed of `parts`, in order (no parts: the one part
@@ -204,7 +212,7 @@ impl Rule {
     #[must_use]
     pub fn with_methods(mut self, methods: impl IntoIterator<Item = Method>) -> Self {
         self.methods = methods.into_iter().collect();
-        self
+        self.conditions_changed()
     }
 
     /// The same rule, matching only requests for `host` (case-insensitive, the request's
@@ -212,7 +220,7 @@ impl Rule {
     #[must_use]
     pub fn with_host(mut self, host: impl Into<String>) -> Self {
         self.host = Some(host.into().to_ascii_lowercase());
-        self
+        self.conditions_changed()
     }
 
     /// The same rule, matching only requests where every one of `conditions` holds.
@@ -230,7 +238,7 @@ impl Rule {
                 }
             })
             .collect();
-        self
+        self.conditions_changed()
     }
 
     /// The same rule, charging `cost` per request.
@@ -249,6 +257,9 @@ impl Rule {
 
     /// Whether `req` meets every condition of this rule.
     pub fn matches<B>(&self, req: &Request<B>) -> bool {
+        if self.path_only {
+            return self.matches_path(req.uri().path());
+        }
         self.matches_path(req.uri().path())
             && (self.methods.is_empty() || self.methods.contains(req.method()))
             && self
