@@ -395,26 +395,34 @@ where
     let verdict = match gathered {
         Limits::One(m, resolved) => {
             match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
-                Ok(RateLimitOutcome::Evaluated(d)) => verdict(
+                Ok(RateLimitOutcome::Evaluated(d)) => Some(verdict(
                     &shared,
                     std::slice::from_ref(&resolved),
                     std::slice::from_ref(&d),
-                ),
-                Ok(other) => return Ok(no_decision(limiter, other, inner, req).await),
+                )),
+                Ok(other) if limiter.allows(&other) => None,
+                Ok(other) => return Ok(unavailable(&other)),
                 Err(e) => return Ok(problem::internal(&e.to_string())),
             }
         }
         Limits::Many(members, resolved) => match limiter.evaluate_all(&members, None).await {
-            Ok(MultiOutcome::Evaluated(d)) => verdict(&shared, &resolved, &d.decisions),
+            Ok(MultiOutcome::Evaluated(d)) => Some(verdict(&shared, &resolved, &d.decisions)),
             Ok(other) => {
                 let first = limiter.policy(members[0].index).id();
                 let single = other.into_single(first);
-                return Ok(no_decision(limiter, single, inner, req).await);
+                if !limiter.allows(&single) {
+                    return Ok(unavailable(&single));
+                }
+                None
             }
             Err(e) => return Ok(problem::internal(&e.to_string())),
         },
     };
-    let mut response = match verdict.refused {
+    // `None`: no decision, and the failure policy lets the request through without headers.
+    let Some(mut verdict) = verdict else {
+        return inner.call(req).await;
+    };
+    let mut response = match verdict.refused.take() {
         Some(r) => r,
         None => match inner.call(req).await {
             Ok(r) => r,
@@ -425,26 +433,6 @@ where
     h.insert(headers::RATELIMIT_POLICY_NAME, verdict.policy_value);
     h.insert(headers::RATELIMIT_NAME, verdict.limit_value);
     Ok(response)
-}
-
-/// The answer to an outcome that is not a decision: through under `fail_open`, else 503.
-async fn no_decision<S, ReqBody, ResBody>(
-    limiter: &Limiter,
-    outcome: RateLimitOutcome,
-    mut inner: S,
-    req: Request<ReqBody>,
-) -> Response<ResBody>
-where
-    S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
-    ResBody: From<String>,
-{
-    if !limiter.allows(&outcome) {
-        return unavailable(&outcome);
-    }
-    match inner.call(req).await {
-        Ok(r) => r,
-        Err(never) => match never {},
-    }
 }
 
 /// The 503 of an outcome that is not a decision, with `Retry-After` when there is a hint.
