@@ -65,6 +65,11 @@ impl Target for LocalTarget {
             Source::Local
         }
     }
+
+    /// The local provider honours evaluation ids (a bounded replay store), the fallback too.
+    fn deduplicates(&self) -> bool {
+        true
+    }
 }
 
 /// Local providers on the system clock: time passes only by sleeping.
@@ -95,6 +100,10 @@ impl Target for RealTimeLocalTarget {
 
     fn source(&self) -> Source {
         Source::Local
+    }
+
+    fn deduplicates(&self) -> bool {
+        true
     }
 }
 
