@@ -38,6 +38,6 @@ pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
-    BreakerSettings, EnabledSettings, HttpSettings, LogFormat, LogSettings, ProviderSettings,
-    RateLimitSettings, RouteSettings, Settings, SubjectSource,
+    BreakerSettings, CostSource, EnabledSettings, HeaderCondition, HttpSettings, LogFormat,
+    LogSettings, ProviderSettings, RateLimitSettings, RouteSettings, Settings, SubjectSource,
 };

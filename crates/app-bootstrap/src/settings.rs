@@ -14,8 +14,9 @@ use edge_middleware::SubjectSecret;
 use shared_contract::gate::GateSet;
 use shared_contract::{FailurePolicy, PolicyError, PolicyErrors, PolicyId, PolicySet};
 
+use edge_middleware::Rule;
 /// Where a route's subject is read: the middleware's type, which reads it.
-pub use edge_middleware::SubjectSource;
+pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 
 /// Everything the reference app is configured with.
 #[derive(Debug, Clone)]
@@ -279,17 +280,29 @@ impl Default for BreakerSettings {
     }
 }
 
-/// One `[[routes]]` entry.
+/// One `[[routes]]` entry: a rule of the middleware ([`edge_middleware::Rule`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RouteSettings {
-    /// A path starting with `/`, without query or fragment ([`Self::check_path_prefix`]).
+    /// A path starting with `/`, without query or fragment ([`Self::check_path_prefix`]);
+    /// `/` when the route gives none.
     pub path_prefix: String,
     /// `None`: the default policy.
     pub policy: Option<PolicyId>,
-    pub subject: SubjectSource,
+    /// The subject's parts, in order: 1..=[`Self::MAX_SUBJECT_PARTS`].
+    pub subject: Vec<SubjectSource>,
+    /// Upper-case method names; empty: any method.
+    pub methods: Vec<String>,
+    /// Lower-case host name, without a port; `None`: any host.
+    pub host: Option<String>,
+    /// Header conditions, all of which must hold.
+    pub header: Vec<HeaderCondition>,
+    pub cost: CostSource,
 }
 
 impl RouteSettings {
+    /// Most parts of one subject.
+    pub const MAX_SUBJECT_PARTS: usize = 8;
+
     /// Checks a `path_prefix`: it is matched against request paths, so it must be one.
     ///
     /// # Errors
@@ -299,6 +312,48 @@ impl RouteSettings {
             return Err(format!("{prefix:?} must be a path starting with '/'"));
         }
         Ok(())
+    }
+
+    /// Checks a `host`: a host name or address without a port, as requests name it.
+    ///
+    /// # Errors
+    /// A message naming `host` when it is empty or holds anything but letters, digits, `.`
+    /// and `-`.
+    pub fn check_host(host: &str) -> Result<(), String> {
+        let valid = !host.is_empty()
+            && host.len() <= 253
+            && host
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'.' || b == b'-');
+        if valid {
+            Ok(())
+        } else {
+            Err(format!(
+                "{host:?} is not a host name (letters, digits, '.' and '-'; no port)"
+            ))
+        }
+    }
+
+    /// The middleware's rule for this route; `default_policy` when it names none.
+    pub fn rule(&self, default_policy: &PolicyId) -> Rule {
+        let policy = self
+            .policy
+            .clone()
+            .unwrap_or_else(|| default_policy.clone());
+        let first = self.subject.first().cloned().unwrap_or(SubjectSource::Ip);
+        let mut rule = Rule::new(self.path_prefix.clone(), policy, first)
+            .with_subject(self.subject.iter().cloned())
+            .with_methods(
+                self.methods
+                    .iter()
+                    .filter_map(|m| edge_middleware::parse_method(m).ok()),
+            )
+            .with_headers(self.header.iter().cloned())
+            .with_cost(self.cost.clone());
+        if let Some(host) = &self.host {
+            rule = rule.with_host(host.clone());
+        }
+        rule
     }
 }
 

@@ -15,7 +15,8 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
-//! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware |
+//! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
+//! | [`rule`] | which requests a policy limits (path, methods, host, headers), the subject parts, the cost |
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
 //! | [`problem`] | RFC 9457 problem+json bodies (429 quota-exceeded, 503, 400) |
 //! | [`subject`] | where the subject is read, its HMAC-SHA256 secret and hasher |
@@ -93,8 +94,12 @@ pub mod headers;
 pub mod layer;
 pub mod limiter;
 pub mod problem;
+pub mod rule;
 pub mod subject;
 
-pub use layer::{PeerIp, RateLimit, RateLimitLayer, Rule};
-pub use limiter::{BreakerGauge, Limiter, PolicyIndex};
-pub use subject::{MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource};
+pub use layer::{PeerIp, RateLimit, RateLimitLayer};
+pub use limiter::{BreakerGauge, Limiter, Member, PolicyIndex};
+pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
+pub use subject::{
+    MAX_CONST_BYTES, MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource,
+};

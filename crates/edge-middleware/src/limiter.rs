@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use metrics::{Counter, Histogram};
 use shared_contract::{
-    Cost, Deadline, EdgeRateLimitPort, FailurePolicy, PolicyId, PolicySet, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, RequestError,
+    Cost, Deadline, EdgeRateLimitPort, EvaluationId, FailurePolicy, Limit, Limits, MultiOutcome,
+    MultiRequest, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
+    RequestError, SubjectDigest,
 };
 use tracing::Instrument as _;
 
@@ -74,6 +75,15 @@ impl PolicyMetrics {
 /// limiter that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct PolicyIndex(usize);
+
+/// One limit of a multi-limit evaluation ([`Limiter::evaluate_all`]), its subject digested
+/// already ([`Limiter::digest`], [`Limiter::digest_parts`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Member {
+    pub index: PolicyIndex,
+    pub subject: SubjectDigest,
+    pub cost: Cost,
+}
 
 #[derive(Debug)]
 struct Entry {
@@ -225,6 +235,30 @@ impl Limiter {
         self.breaker.as_ref().map(|b| b.gauge())
     }
 
+    /// `HMAC-SHA256(secret, raw)`: the subject digest of one raw subject.
+    pub fn digest(&self, raw: &[u8]) -> SubjectDigest {
+        self.hasher.digest(raw)
+    }
+
+    /// The digest of a subject composed of `parts` ([`SubjectHasher::digest_parts`]).
+    pub fn digest_parts(&self, parts: &[&[u8]]) -> SubjectDigest {
+        self.hasher.digest_parts(parts)
+    }
+
+    /// The length-prefixed digest of a subject of several parts, streamed
+    /// ([`SubjectHasher::digest_composed`]).
+    pub fn digest_composed<'p>(&self, parts: impl IntoIterator<Item = &'p [u8]>) -> SubjectDigest {
+        self.hasher.digest_composed(parts)
+    }
+
+    /// A deadline `budget` from `start` (a budget that is zero or beyond
+    /// [`Deadline::MAX_BUDGET`] gets the longest allowed one).
+    fn deadline(&self, start: Instant, policy: &PolicyId) -> Result<Deadline, RequestError> {
+        Deadline::at(start, self.budget)
+            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
+            .map_err(|_| RequestError::UnknownPolicy(policy.clone()))
+    }
+
     /// Evaluates `cost` for the raw subject `raw_subject` under the policy at `index`.
     ///
     /// The subject is digested before this returns: the future borrows only the limiter, not
@@ -242,6 +276,22 @@ impl Limiter {
         raw_subject: &[u8],
         cost: Cost,
     ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
+        self.evaluate_digest(index, self.hasher.digest(raw_subject), cost)
+    }
+
+    /// [`Self::evaluate`] of a subject digested already.
+    ///
+    /// # Errors
+    /// As [`Self::evaluate`].
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub fn evaluate_digest<'a>(
+        &'a self,
+        index: PolicyIndex,
+        subject: SubjectDigest,
+        cost: Cost,
+    ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
         let entry = &self.entries[index.0];
         let policy = entry.policy.id();
         let span = tracing::debug_span!(
@@ -251,28 +301,19 @@ impl Limiter {
             outcome = tracing::field::Empty,
             allowed = tracing::field::Empty,
         );
-        let subject = self.hasher.digest(raw_subject);
         // One clock read starts both the deadline and the latency measurement.
         let start = Instant::now();
-        // A budget that is zero or beyond Deadline::MAX_BUDGET gets the longest allowed one.
-        let deadline = Deadline::at(start, self.budget)
-            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
-            .map_err(|_| RequestError::UnknownPolicy(policy.clone()));
-        let request = deadline.map(|deadline| RateLimitRequest {
-            policy_id: policy.clone(),
-            subject,
-            cost,
-            evaluation_id: None,
-            deadline,
-        });
+        let request = self
+            .deadline(start, policy)
+            .map(|deadline| RateLimitRequest {
+                policy_id: policy.clone(),
+                subject,
+                cost,
+                evaluation_id: None,
+                deadline,
+            });
         async move {
-            let evaluation = self.port.evaluate(request?);
-            // A disabled span (the usual case in production) is not entered on every poll.
-            let result = if span.is_disabled() {
-                evaluation.await
-            } else {
-                evaluation.instrument(span.clone()).await
-            };
+            let result = traced(&span, self.port.evaluate(request?)).await;
             let elapsed = start.elapsed();
             if let Ok(outcome) = &result {
                 self.record(entry, outcome, elapsed.as_secs_f64());
@@ -287,6 +328,83 @@ impl Limiter {
                 }
             }
             result
+        }
+    }
+
+    /// Evaluates `members` as one, all-or-nothing ([`EdgeRateLimitPort::evaluate_all`]), with
+    /// `evaluation_id` when given (a retry answers the first decision, `replayed`).
+    ///
+    /// Metrics count per policy what happened to the request: `allowed` when it was charged,
+    /// `denied` for every member of a denied evaluation (nothing was charged, even for the
+    /// members that would have admitted), the failure outcome for every member otherwise. A
+    /// replay is counted like the decision it replays.
+    ///
+    /// # Errors
+    /// [`RequestError`] for no members, more than [`shared_contract::MAX_LIMITS`], a policy
+    /// and subject twice, or what the port refuses; nothing was consumed.
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub fn evaluate_all<'a>(
+        &'a self,
+        members: &[Member],
+        evaluation_id: Option<EvaluationId>,
+    ) -> impl Future<Output = Result<MultiOutcome, RequestError>> + Send + use<'a> {
+        let entries: Vec<&'a Entry> = members.iter().map(|m| &self.entries[m.index.0]).collect();
+        let limits = members
+            .iter()
+            .zip(&entries)
+            .map(|(m, e)| Limit {
+                policy_id: e.policy.id().clone(),
+                subject: m.subject,
+                cost: m.cost,
+            })
+            .collect();
+        let span = tracing::debug_span!(
+            "rate_limit.evaluate_all",
+            limits = members.len(),
+            outcome = tracing::field::Empty,
+            allowed = tracing::field::Empty,
+        );
+        let start = Instant::now();
+        let first = entries.first().map(|e| e.policy.id());
+        let request = Limits::new(limits).and_then(|limits| {
+            let deadline = self.deadline(start, first.unwrap_or(self.policy(self.default).id()))?;
+            Ok(MultiRequest {
+                limits,
+                evaluation_id,
+                deadline,
+            })
+        });
+        async move {
+            let result = traced(&span, self.port.evaluate_all(request?)).await;
+            let elapsed = start.elapsed();
+            if let Ok(outcome) = &result {
+                self.record_all(&entries, outcome, elapsed.as_secs_f64());
+                if !span.is_disabled() {
+                    span.record("outcome", outcome.name());
+                    span.record("allowed", outcome.decision().is_some_and(|d| d.allowed));
+                }
+            }
+            result
+        }
+    }
+
+    fn record_all(&self, entries: &[&Entry], outcome: &MultiOutcome, seconds: f64) {
+        for (i, entry) in entries.iter().enumerate() {
+            let single = match outcome {
+                MultiOutcome::Evaluated(d) => match d.decisions.get(i) {
+                    Some(member) => {
+                        RateLimitOutcome::Evaluated(shared_contract::RateLimitDecision {
+                            allowed: d.allowed,
+                            ..member.clone()
+                        })
+                    }
+                    None => continue,
+                },
+                failure => failure.clone().into_single(entry.policy.id()),
+            };
+            self.record(entry, &single, seconds);
         }
     }
 
@@ -309,6 +427,16 @@ impl Limiter {
         if let Some(i) = ERROR_CATEGORIES.iter().position(|c| *c == category) {
             self.errors[i].increment(1);
         }
+    }
+}
+
+/// `evaluation`, inside `span` when it is enabled: a disabled span (the usual case in
+/// production) is not entered on every poll.
+async fn traced<F: Future>(span: &tracing::Span, evaluation: F) -> F::Output {
+    if span.is_disabled() {
+        evaluation.await
+    } else {
+        evaluation.instrument(span.clone()).await
     }
 }
 

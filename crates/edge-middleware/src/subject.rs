@@ -23,10 +23,28 @@ pub enum SubjectSource {
     Header(String),
     /// The peer's IP address.
     Ip,
+    /// The path segment at this index, counted from 0 (`/v1/tenants/t-9`: `path:2` is
+    /// `t-9`), as it is in the request (not percent-decoded).
+    PathSegment(usize),
+    /// The same text for every request (`const:global`): one quota for all of them.
+    Const(String),
+}
+
+/// The longest constant subject part, in bytes.
+pub const MAX_CONST_BYTES: usize = 64;
+
+/// `name` in lower case, when it is a valid header name (an RFC 9110 token).
+pub(crate) fn header_name(name: &str) -> Option<String> {
+    let valid = !name.is_empty()
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b));
+    valid.then(|| name.to_ascii_lowercase())
 }
 
 impl SubjectSource {
-    /// Parses `"header:NAME"` or `"ip"`.
+    /// Parses `"header:NAME"`, `"ip"`, `"path:INDEX"` or `"const:TEXT"` (TEXT: 1..=64
+    /// visible ASCII characters).
     ///
     /// # Errors
     /// A message saying what is wrong with `s`.
@@ -34,20 +52,36 @@ impl SubjectSource {
         if s == "ip" {
             return Ok(Self::Ip);
         }
-        match s.strip_prefix("header:") {
-            Some(name)
-                if !name.is_empty()
-                    && name
-                        .bytes()
-                        .all(|b| b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)) =>
-            {
-                Ok(Self::Header(name.to_ascii_lowercase()))
-            }
-            Some(name) => Err(format!("{name:?} is not a valid header name")),
-            None => Err(format!(
-                "{s:?} is not a subject source; use \"header:NAME\" or \"ip\""
-            )),
+        if let Some(name) = s.strip_prefix("header:") {
+            return header_name(name)
+                .map(Self::Header)
+                .ok_or_else(|| format!("{name:?} is not a valid header name"));
         }
+        if let Some(index) = s.strip_prefix("path:") {
+            return match index.parse::<u16>() {
+                Ok(i) if index.bytes().all(|b| b.is_ascii_digit()) => {
+                    Ok(Self::PathSegment(usize::from(i)))
+                }
+                _ => Err(format!(
+                    "{index:?} is not a path segment index (a whole number from 0)"
+                )),
+            };
+        }
+        if let Some(text) = s.strip_prefix("const:") {
+            let valid = !text.is_empty()
+                && text.len() <= MAX_CONST_BYTES
+                && text.bytes().all(|b| b.is_ascii_graphic());
+            return if valid {
+                Ok(Self::Const(text.to_owned()))
+            } else {
+                Err(format!(
+                    "{text:?} is not a constant subject: 1..={MAX_CONST_BYTES} visible ASCII characters"
+                ))
+            };
+        }
+        Err(format!(
+            "{s:?} is not a subject source; use \"header:NAME\", \"ip\", \"path:INDEX\" or \"const:TEXT\""
+        ))
     }
 }
 
@@ -56,6 +90,8 @@ impl fmt::Display for SubjectSource {
         match self {
             SubjectSource::Header(h) => write!(f, "header:{h}"),
             SubjectSource::Ip => f.write_str("ip"),
+            SubjectSource::PathSegment(i) => write!(f, "path:{i}"),
+            SubjectSource::Const(c) => write!(f, "const:{c}"),
         }
     }
 }
@@ -178,6 +214,29 @@ impl SubjectHasher {
         mac.update(raw);
         SubjectDigest::from_bytes(mac.finalize().into_bytes().into())
     }
+
+    /// The digest of a subject of several parts: `HMAC-SHA256(secret, len(p1) p1 len(p2) p2
+    /// ...)`, each length 4 bytes big-endian, so the parts' boundaries are part of the
+    /// subject. One part is [`Self::digest`] of it (see [`crate::rule`]).
+    pub fn digest_parts(&self, parts: &[&[u8]]) -> SubjectDigest {
+        if let [one] = parts {
+            return self.digest(one);
+        }
+        self.digest_composed(parts.iter().copied())
+    }
+
+    /// The length-prefixed digest of `parts`, however many there are (one part too: callers
+    /// that want one part's plain digest use [`Self::digest_parts`]).
+    pub fn digest_composed<'p>(&self, parts: impl IntoIterator<Item = &'p [u8]>) -> SubjectDigest {
+        let mut mac = self.prepared.clone();
+        for part in parts {
+            // Parts are bounded far below 4 GiB (headers, addresses, segments, constants).
+            let len = u32::try_from(part.len()).unwrap_or(u32::MAX);
+            mac.update(&len.to_be_bytes());
+            mac.update(part);
+        }
+        SubjectDigest::from_bytes(mac.finalize().into_bytes().into())
+    }
 }
 
 #[cold]
@@ -215,7 +274,7 @@ mod tests {
 
     #[test]
     fn subject_sources_parse_what_they_display() {
-        for text in ["ip", "header:x-api-key"] {
+        for text in ["ip", "header:x-api-key", "path:2", "const:global"] {
             let source = SubjectSource::parse(text).expect("valid source");
             assert_eq!(source.to_string(), text);
         }
@@ -223,13 +282,37 @@ mod tests {
             SubjectSource::parse("header:X-Api-Key"),
             Ok(SubjectSource::Header("x-api-key".into()))
         );
-        for bad in ["", "header:", "header:a b", "peer"] {
+        for bad in [
+            "",
+            "header:",
+            "header:a b",
+            "peer",
+            "path:x",
+            "path:-1",
+            "const:",
+            "const:a b",
+        ] {
             let e = SubjectSource::parse(bad).expect_err("invalid source");
-            assert!(
-                e.contains(&format!("{:?}", bad.trim_start_matches("header:"))),
-                "{e}"
-            );
+            let shown = ["header:", "path:", "const:"]
+                .iter()
+                .fold(bad, |b, p| b.trim_start_matches(p));
+            assert!(e.contains(&format!("{shown:?}")), "{e}");
         }
+    }
+
+    #[test]
+    fn composed_subjects_keep_their_boundaries_and_one_part_is_the_plain_digest() {
+        let h = SubjectHasher::new(&SubjectSecret::new(vec![7; 32], "t").expect("32 bytes"));
+        assert_ne!(
+            h.digest_parts(&[b"ab", b"c"]),
+            h.digest_parts(&[b"a", b"bc"])
+        );
+        assert_ne!(h.digest_parts(&[b"", b"x"]), h.digest_parts(&[b"x", b""]));
+        assert_eq!(h.digest_parts(&[b"user-42"]), h.digest(b"user-42"));
+        assert_eq!(
+            h.digest_parts(&[b"ab", b"c"]),
+            h.digest(b"\0\0\0\x02ab\0\0\0\x01c")
+        );
     }
 
     #[test]

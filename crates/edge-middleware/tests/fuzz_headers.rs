@@ -2,7 +2,8 @@
 //! over a port that answers arbitrary outcomes (decisions with any numbers, even ones that
 //! contradict their policy; failures with any retry hint) for arbitrary policies of every
 //! algorithm, at any clock. It never panics, answers 200, 429 or 503, and the fields it
-//! sends are well-formed lists whose `r` is the decision's remaining, with a 429's
+//! sends are well-formed lists whose `r` is the decision's remaining, a 429 exactly when a
+//! member denied (several rules are one evaluation: every member is reported), with a 429's
 //! `Retry-After` at least 1 and no earlier than any exhausted member's `t`.
 //!
 //! Each property runs a bounded number of cases in `cargo test`; `FUZZ_CASES=N` runs `N`.
@@ -276,7 +277,7 @@ fn run(
             "{}",
             policy_field
         );
-        denied = !d.allowed;
+        denied |= !d.allowed;
         if status == StatusCode::TOO_MANY_REQUESTS
             && d.remaining == 0
             && let Some((_, t)) = params.get(1)

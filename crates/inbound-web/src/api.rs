@@ -18,10 +18,12 @@ use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::headers::ceil_secs;
 use edge_middleware::limiter::names;
-use edge_middleware::{Limiter, MAX_SUBJECT_BYTES, PolicyIndex, problem};
+use edge_middleware::{Limiter, MAX_SUBJECT_BYTES, Member, PolicyIndex, problem};
 use metrics_exporter_prometheus::PrometheusHandle;
 use serde::{Deserialize, Deserializer};
-use shared_contract::{Cost, RateLimitDecision, RateLimitOutcome, Readiness};
+use shared_contract::{
+    Cost, EvaluationId, MultiOutcome, RateLimitDecision, RateLimitOutcome, Readiness, RequestError,
+};
 
 /// What the API handlers share.
 #[derive(Debug)]
@@ -51,6 +53,8 @@ impl ApiState {
     }
 }
 
+/// A `/v1/evaluate` body: the single form (`policy`, `subject`, `cost`) or the list form
+/// (`requests`), either with an optional `evaluation_id`.
 #[derive(Deserialize)]
 struct EvaluateBody<'a> {
     #[serde(borrow, default)]
@@ -59,13 +63,17 @@ struct EvaluateBody<'a> {
     subject: Option<Text<'a>>,
     #[serde(default)]
     cost: Option<i64>,
+    #[serde(borrow, default)]
+    evaluation_id: Option<Text<'a>>,
+    #[serde(borrow, default)]
+    requests: Option<Vec<crate::evaluate_list::Entry<'a>>>,
 }
 
 /// A JSON string borrowed from the body when it has no escapes, copied otherwise.
 ///
 /// `Option<Cow<str>>` would always copy: serde borrows into a `Cow` only when the field is
 /// the `Cow` itself. Refuses exactly what `String` refuses, with the same messages.
-struct Text<'a>(Cow<'a, str>);
+pub(crate) struct Text<'a>(pub(crate) Cow<'a, str>);
 
 impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
@@ -92,7 +100,7 @@ impl<'de: 'a, 'a> Deserialize<'de> for Text<'a> {
     }
 }
 
-fn json(status: StatusCode, body: impl Into<Body>) -> Response {
+pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
     let mut r = Response::new(body.into());
     *r.status_mut() = status;
     r.headers_mut().insert(
@@ -102,10 +110,12 @@ fn json(status: StatusCode, body: impl Into<Body>) -> Response {
     r
 }
 
-/// `POST /v1/evaluate` with `{"policy"?, "subject", "cost"?}` (policy: the default one; cost:
-/// 1). 200 allowed, 429 denied (both with the decision), 503 when the provider could not
-/// decide and the failure policy does not let the request through, or when rate limiting is
-/// disabled; 400 problem+json for a body the limiter refuses.
+/// `POST /v1/evaluate` with `{"policy"?, "subject", "cost"?, "evaluation_id"?}` (policy: the
+/// default one; cost: 1), or the list form `{"requests": [...], "evaluation_id"?}`
+/// ([`crate::evaluate_list`]). 200 allowed, 429 denied (both with the decision), 503 when the
+/// provider could not decide and the failure policy does not let the request through, or
+/// when rate limiting is disabled; 400 problem+json for a body the limiter refuses. A retry
+/// with the same `evaluation_id` answers the first decision with `"replayed":true`.
 pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Response {
     let Some(limiter) = &state.limiter else {
         return json(
@@ -117,56 +127,192 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
         Ok(b) => b,
         Err(e) => return problem::bad_request("malformed_json", &format!("malformed JSON: {e}")),
     };
-    let index = match parsed.policy.as_ref().map(|t| &*t.0) {
-        None => limiter.default_policy(),
-        Some(name) => match state.by_name.get(name) {
-            Some(&i) => i,
-            None => {
-                return problem::bad_request(
-                    "unknown_policy",
-                    &format!(
-                        "unknown policy {:?}",
-                        name.chars().take(80).collect::<String>()
-                    ),
-                );
-            }
-        },
-    };
-    let Some(Text(subject)) = parsed.subject else {
-        return problem::bad_request("missing_subject", "subject is required");
-    };
-    if subject.len() > MAX_SUBJECT_BYTES {
-        return problem::bad_request(
-            "subject_too_long",
-            &format!(
-                "subject is {} bytes, at most {MAX_SUBJECT_BYTES} are accepted",
-                subject.len()
-            ),
-        );
-    }
-    let policy = limiter.policy(index);
-    let policy_id = policy.id();
-    let max_cost = policy.max_cost().get();
-    let cost = match parsed.cost.unwrap_or(1) {
-        c if c >= 1 && (c as u64) <= max_cost => Cost::new(c as u64),
-        c => {
+    let evaluation_id = match parsed
+        .evaluation_id
+        .as_ref()
+        .map(|t| EvaluationId::new(&t.0))
+    {
+        None => None,
+        Some(Ok(id)) => Some(id),
+        Some(Err(_)) => {
             return problem::bad_request(
-                "invalid_cost",
+                "invalid_evaluation_id",
                 &format!(
-                    "cost must be between 1 and max_cost {max_cost} of policy {policy_id}, got {c}"
+                    "evaluation_id must be 1..={} visible ASCII characters",
+                    EvaluationId::MAX_LEN
                 ),
             );
         }
     };
-    let Ok(cost) = cost else {
-        return problem::bad_request("invalid_cost", "cost is out of range");
+    if let Some(entries) = parsed.requests {
+        if parsed.policy.is_some() || parsed.subject.is_some() || parsed.cost.is_some() {
+            return problem::bad_request(
+                "mixed_forms",
+                "give either requests (the list form) or policy, subject and cost, not both",
+            );
+        }
+        return crate::evaluate_list::evaluate(&state, limiter, &entries, evaluation_id).await;
+    }
+    let subject = parsed.subject.as_ref().map(|t| &*t.0);
+    let policy = parsed.policy.as_ref().map(|t| &*t.0);
+    let (index, cost) = match state.admit(limiter, policy, subject, parsed.cost, "") {
+        Ok(admitted) => admitted,
+        Err(refused) => return refused.response(),
     };
-    let outcome = match limiter.evaluate(index, subject.as_bytes(), cost).await {
-        Ok(o) => o,
-        // Checked above already; the port's own check is authoritative (nothing consumed).
-        Err(e) => return problem::bad_request("invalid_request", &e.to_string()),
+    let subject = subject.unwrap_or_default().as_bytes();
+    let Some(id) = evaluation_id else {
+        let outcome = match limiter.evaluate(index, subject, cost).await {
+            Ok(o) => o,
+            // Checked above already; the port's own check is authoritative (nothing consumed).
+            Err(e) => return request_error(&e),
+        };
+        return respond(limiter, &outcome);
     };
-    respond(limiter, &outcome)
+    let member = Member {
+        index,
+        subject: limiter.digest(subject),
+        cost,
+    };
+    match limiter.evaluate_all(&[member], Some(id)).await {
+        Ok(MultiOutcome::Evaluated(d)) => match d.decisions.first() {
+            Some(first) => respond_replayed(limiter, first, d.replayed),
+            None => problem::internal("a decision without its member"),
+        },
+        Ok(failure) => respond(limiter, &failure.into_single(limiter.policy(index).id())),
+        Err(e) => request_error(&e),
+    }
+}
+
+/// A body the API refuses: 400 problem+json with a stable `error` and a `detail`.
+#[derive(Debug)]
+pub(crate) struct Refused {
+    error: &'static str,
+    detail: String,
+}
+
+impl Refused {
+    fn new(error: &'static str, detail: &str) -> Self {
+        Self {
+            error,
+            detail: detail.to_owned(),
+        }
+    }
+
+    pub(crate) fn response(&self) -> Response {
+        problem::bad_request(self.error, &self.detail)
+    }
+}
+
+impl ApiState {
+    /// The policy and cost of one evaluation (`at` prefixes every problem's detail: the list
+    /// form's `requests[1]: `), or the 400 that refuses it. `subject` must be present and at
+    /// most [`MAX_SUBJECT_BYTES`] long.
+    pub(crate) fn admit(
+        &self,
+        limiter: &Limiter,
+        policy: Option<&str>,
+        subject: Option<&str>,
+        cost: Option<i64>,
+        at: &str,
+    ) -> Result<(PolicyIndex, Cost), Refused> {
+        let index = match policy {
+            None => limiter.default_policy(),
+            Some(name) => match self.by_name.get(name) {
+                Some(&i) => i,
+                None => {
+                    return Err(Refused::new(
+                        "unknown_policy",
+                        &format!(
+                            "{at}unknown policy {:?}",
+                            name.chars().take(80).collect::<String>()
+                        ),
+                    ));
+                }
+            },
+        };
+        let Some(subject) = subject else {
+            return Err(Refused::new(
+                "missing_subject",
+                &format!("{at}subject is required"),
+            ));
+        };
+        if subject.len() > MAX_SUBJECT_BYTES {
+            return Err(Refused::new(
+                "subject_too_long",
+                &format!(
+                    "{at}subject is {} bytes, at most {MAX_SUBJECT_BYTES} are accepted",
+                    subject.len()
+                ),
+            ));
+        }
+        let policy = limiter.policy(index);
+        let policy_id = policy.id();
+        let max_cost = policy.max_cost().get();
+        let cost = match cost.unwrap_or(1) {
+            c if c >= 1 && (c as u64) <= max_cost => Cost::new(c as u64),
+            c => {
+                return Err(Refused::new(
+                    "invalid_cost",
+                    &format!(
+                        "{at}cost must be between 1 and max_cost {max_cost} of policy {policy_id}, got {c}"
+                    ),
+                ));
+            }
+        };
+        match cost {
+            Ok(cost) => Ok((index, cost)),
+            Err(_) => Err(Refused::new(
+                "invalid_cost",
+                &format!("{at}cost is out of range"),
+            )),
+        }
+    }
+}
+
+/// The answer to a request the port refused (nothing was consumed): 400 with a stable
+/// `error` per reason, or 503 when the provider holds as many evaluation ids as it may.
+pub(crate) fn request_error(e: &RequestError) -> Response {
+    let code = match e {
+        RequestError::UnknownPolicy(_) => "unknown_policy",
+        RequestError::CostAboveMax { .. } => "invalid_cost",
+        RequestError::EvaluationIdUnsupported => "evaluation_id_unsupported",
+        RequestError::NoLimits => "no_requests",
+        RequestError::TooManyLimits { .. } => "too_many_limits",
+        RequestError::DuplicateLimit { .. } => "duplicate_limit",
+        RequestError::SpansSlots { .. } => "spans_slots",
+        RequestError::EvaluationIdsFull { .. } => {
+            let mut r = problem::about_blank(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("evaluation_ids_full"),
+                Some(&e.to_string()),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+            return r;
+        }
+        _ => "invalid_request",
+    };
+    problem::bad_request(code, &e.to_string())
+}
+
+/// One decision as the single form answers it, with `"replayed":true` when it is the stored
+/// first answer of a retried evaluation id.
+fn respond_replayed(limiter: &Limiter, d: &RateLimitDecision, replayed: bool) -> Response {
+    let mut r = respond(limiter, &RateLimitOutcome::Evaluated(d.clone()));
+    if replayed {
+        *r.body_mut() = Body::from(with_replayed(decision_json(d)));
+    }
+    r
+}
+
+/// `body` (a JSON object) with `"replayed":true` as its last member.
+pub(crate) fn with_replayed(body: Bytes) -> Bytes {
+    let mut v = body.to_vec();
+    if v.last() == Some(&b'}') {
+        v.pop();
+        v.extend_from_slice(br#","replayed":true}"#);
+    }
+    Bytes::from(v)
 }
 
 /// The outcome as `/v1/evaluate`'s JSON (the decision, or `outcome`, `policy` and what is
@@ -243,7 +389,7 @@ fn no_decision(
 }
 
 /// A decision's JSON, in one allocation of its exact size.
-fn decision_json(d: &RateLimitDecision) -> Bytes {
+pub(crate) fn decision_json(d: &RateLimitDecision) -> Bytes {
     let (mut limit, mut remaining, mut retry, mut reset, mut revision) = (
         itoa::Buffer::new(),
         itoa::Buffer::new(),

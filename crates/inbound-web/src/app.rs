@@ -29,7 +29,7 @@ use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
 use axum::routing::{get, post};
-use edge_middleware::{RateLimitLayer, Rule, problem};
+use edge_middleware::{RateLimitLayer, problem};
 use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
@@ -100,16 +100,7 @@ pub fn router_with_gates(
     let api = match state.limiter() {
         Some(limiter) => {
             let default = limiter.policies().default_id().clone();
-            let rules = routes
-                .iter()
-                .map(|r| {
-                    Rule::new(
-                        r.path_prefix.clone(),
-                        r.policy.clone().unwrap_or_else(|| default.clone()),
-                        r.subject.clone(),
-                    )
-                })
-                .collect();
+            let rules = routes.iter().map(|r| r.rule(&default)).collect();
             let layer = RateLimitLayer::new(limiter.clone(), rules).with_peer_ip(peer_ip);
             api.fallback_service(tower::ServiceBuilder::new().layer(layer).service(demo))
         }

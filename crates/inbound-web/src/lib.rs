@@ -10,6 +10,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`api`] | `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics` |
+//! | [`evaluate_list`] | the list form of `/v1/evaluate`: several limits as one, all-or-nothing |
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
@@ -23,6 +24,7 @@
 
 pub mod api;
 pub mod app;
+pub mod evaluate_list;
 pub mod gate_metrics;
 pub mod gates;
 pub mod hygiene;

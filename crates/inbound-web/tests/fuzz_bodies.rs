@@ -1,4 +1,5 @@
-//! Fuzzing the JSON bodies of `POST /v1/evaluate` and `POST /v1/gates/{gate}/events`
+//! Fuzzing the JSON bodies of `POST /v1/evaluate` (single and list form) and
+//! `POST /v1/gates/{gate}/events`
 //! through the app's router (in process, `oneshot`, over the local providers): arbitrary
 //! bytes and JSON built from the real field names with values of every type and edge. The
 //! app never panics and never answers 500; every refusal is a short problem+json.
@@ -32,6 +33,12 @@ algorithm = "fixed_window"
 limit = 1000000
 window = "60s"
 max_cost = 5
+
+[rate_limit.policies.other]
+algorithm = "token_bucket"
+capacity = 1000000
+refill_amount = 1
+refill_interval = "1s"
 
 [event_gates.orders]
 mode = "only_once"
@@ -169,6 +176,56 @@ fn body(fields: &'static [&'static str]) -> impl Strategy<Value = Vec<u8>> {
         })
 }
 
+/// A list-form body: `requests` (entries of the single form's fields, often valid, or any
+/// value), maybe an `evaluation_id` of any value, sometimes a single-form field as well.
+fn list_body() -> impl Strategy<Value = Vec<u8>> {
+    use serde_json::{Value, json};
+    let entry = (
+        prop::option::of(prop_oneof![Just("api"), Just("other"), Just("nope")]),
+        prop::option::of(prop_oneof![Just("u-1"), Just("u-2"), Just("")]),
+        prop::option::of(prop_oneof![
+            Just(json!(1)),
+            Just(json!(5)),
+            Just(json!(6)),
+            json_value()
+        ]),
+    )
+        .prop_map(|(policy, subject, cost)| {
+            let mut o = serde_json::Map::new();
+            if let Some(p) = policy {
+                o.insert("policy".into(), p.into());
+            }
+            if let Some(s) = subject {
+                o.insert("subject".into(), s.into());
+            }
+            if let Some(c) = cost {
+                o.insert("cost".into(), c);
+            }
+            Value::Object(o)
+        });
+    let requests = prop_oneof![
+        4 => prop::collection::vec(entry, 0..11).prop_map(Value::from),
+        1 => json_value(),
+    ];
+    let id = prop::option::of(prop_oneof![
+        "[a-z0-9-]{1,12}".prop_map(Value::from),
+        (120usize..140).prop_map(|n| Value::from("e".repeat(n))),
+        json_value(),
+    ]);
+    let single = prop::option::weighted(0.1, body(&["policy", "subject", "cost"]));
+    (requests, id, single).prop_map(|(requests, id, single)| {
+        let mut o = match single.map(|b| serde_json::from_slice::<Value>(&b)) {
+            Some(Ok(Value::Object(o))) => o,
+            _ => serde_json::Map::new(),
+        };
+        o.insert("requests".into(), requests);
+        if let Some(id) = id {
+            o.insert("evaluation_id".into(), id);
+        }
+        Value::Object(o).to_string().into_bytes()
+    })
+}
+
 /// Bytes that are often almost JSON.
 fn jsonish() -> impl Strategy<Value = Vec<u8>> {
     prop::collection::vec(any::<u8>(), 0..200).prop_map(|bytes| {
@@ -194,6 +251,19 @@ proptest! {
     ]) {
         let status = post(EVALUATE, bytes)?;
         prop_assert!([StatusCode::OK, StatusCode::BAD_REQUEST].contains(&status), "{}", status);
+    }
+
+    #[test]
+    fn evaluate_list_bodies_never_panic_or_fail(bytes in prop_oneof![
+        4 => list_body(),
+        1 => body(&["requests", "evaluation_id", "policy", "subject"]),
+    ]) {
+        let status = post(EVALUATE, bytes)?;
+        prop_assert!(
+            [StatusCode::OK, StatusCode::TOO_MANY_REQUESTS, StatusCode::BAD_REQUEST].contains(&status),
+            "{}",
+            status
+        );
     }
 
     #[test]

@@ -189,7 +189,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let http = http::read(&mut c, root.get("http"));
     let log = log::read(&mut c, root.get("log"));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
-    let routes = routes::read(&mut c, root.get("routes"), &rate_limit.policy_ids);
+    let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
     let event_gates = gates::read(&mut c, root.get("event_gates"));
 
     match (c.count() == 0, http, log, rate_limit.settings) {

@@ -128,11 +128,14 @@ const BREAKER_KEYS: &[Key<BreakerSettings>] = &[
     key!("cool_down", cool_down),
 ];
 
-/// What the section read into, plus the policy ids it defines (routes need them).
+/// What the section read into, plus what routes need of it: the policy ids it defines, the
+/// `max_cost` of each valid policy and the default policy.
 pub(super) struct RateLimit {
     /// `None` when the section has problems.
     pub(super) settings: Option<RateLimitSettings>,
     pub(super) policy_ids: Vec<PolicyId>,
+    pub(super) max_costs: Vec<(PolicyId, u64)>,
+    pub(super) default_policy: Option<PolicyId>,
 }
 
 pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> RateLimit {
@@ -140,6 +143,8 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         return RateLimit {
             settings: None,
             policy_ids: Vec::new(),
+            max_costs: Vec::new(),
+            default_policy: None,
         };
     };
     c.unknown_keys(P, d, names(KEYS).chain(TABLES));
@@ -148,6 +153,11 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
     read_present(c, P, d, KEYS, &mut draft);
     let secret = read_secret(c, &draft, base);
     let (policies, policy_ids) = policies::read(c, d.get("policies"), draft.failure_policy);
+    let max_costs = policies
+        .iter()
+        .map(|p| (p.id().clone(), p.max_cost().get()))
+        .collect();
+    let default_policy = draft.default_policy.clone();
     let local = read_section(
         c,
         LOCAL,
@@ -196,6 +206,8 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
     RateLimit {
         settings,
         policy_ids,
+        max_costs,
+        default_policy,
     }
 }
 
