@@ -14,6 +14,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
+//! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware |
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
@@ -89,6 +90,7 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+pub mod descriptors;
 pub mod headers;
 pub mod layer;
 pub mod limiter;
