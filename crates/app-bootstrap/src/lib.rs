@@ -38,6 +38,6 @@ pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
-    BreakerSettings, EnabledSettings, HttpSettings, ProviderSettings, RateLimitSettings,
-    RouteSettings, Settings, SubjectSource,
+    BreakerSettings, DescriptorRules, EnabledSettings, GrpcSettings, HttpSettings,
+    ProviderSettings, RateLimitSettings, RouteSettings, Settings, SubjectSource, UnknownDescriptor,
 };

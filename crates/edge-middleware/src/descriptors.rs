@@ -29,6 +29,34 @@ pub const MAX_ENTRIES: usize = 16;
 /// Longest entry key or value, in bytes.
 pub const MAX_ENTRY_BYTES: usize = MAX_SUBJECT_BYTES;
 
+/// What answers a descriptor that no rule matches.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UnknownDescriptor {
+    /// `OK` for it (what Envoy users expect of a rate-limit service).
+    #[default]
+    Allow,
+    /// `OVER_LIMIT` for the whole request, and nothing is charged.
+    Deny,
+}
+
+impl UnknownDescriptor {
+    /// `"allow"` or `"deny"`.
+    pub fn parse(s: &str) -> Option<Self> {
+        match s {
+            "allow" => Some(Self::Allow),
+            "deny" => Some(Self::Deny),
+            _ => None,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Allow => "allow",
+            Self::Deny => "deny",
+        }
+    }
+}
+
 /// Why a descriptor rule was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
@@ -45,8 +73,12 @@ pub enum DescriptorError {
     EmptyValue { entry: String },
     #[error("entry {entry:?} is longer than {max} bytes")]
     TooLong { entry: String, max: usize },
-    #[error("domain {domain:?} has two rules for the entries [{entries}]")]
-    Duplicate { domain: String, entries: String },
+    #[error("rule {index} repeats an earlier rule: domain {domain:?}, entries [{entries}]")]
+    Duplicate {
+        index: usize,
+        domain: String,
+        entries: String,
+    },
 }
 
 /// One entry of a rule: a key, and optionally the value it must have.
@@ -173,38 +205,42 @@ impl DescriptorRule {
     }
 }
 
-/// Every descriptor rule, by domain. Empty: every descriptor is unknown.
+/// Every descriptor rule, in configured order, indexed by domain. Empty: every descriptor is
+/// unknown.
 #[derive(Debug, Clone, Default)]
 pub struct DescriptorRules {
-    by_domain: HashMap<String, Vec<DescriptorRule>>,
+    rules: Vec<DescriptorRule>,
+    by_domain: HashMap<String, Vec<usize>>,
 }
 
 impl DescriptorRules {
     /// # Errors
     /// [`DescriptorError::Duplicate`] for a second rule with the same domain and entries
-    /// (it could never match).
+    /// (it could never match), naming its index.
     pub fn new(rules: impl IntoIterator<Item = DescriptorRule>) -> Result<Self, DescriptorError> {
-        let mut by_domain: HashMap<String, Vec<DescriptorRule>> = HashMap::new();
-        for rule in rules {
-            let same = by_domain.entry(rule.domain.clone()).or_default();
-            if same.iter().any(|r| r.entries == rule.entries) {
+        let mut out = Self::default();
+        for (index, rule) in rules.into_iter().enumerate() {
+            let same = out.by_domain.entry(rule.domain.clone()).or_default();
+            if same.iter().any(|&j| out.rules[j].entries == rule.entries) {
                 return Err(DescriptorError::Duplicate {
+                    index,
                     domain: rule.domain.clone(),
                     entries: rule.entries_text(),
                 });
             }
-            same.push(rule);
+            same.push(out.rules.len());
+            out.rules.push(rule);
         }
-        Ok(Self { by_domain })
+        Ok(out)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.by_domain.is_empty()
+        self.rules.is_empty()
     }
 
-    /// Every rule (domains in no particular order, rules of a domain in configured order).
+    /// Every rule, in configured order.
     pub fn iter(&self) -> impl Iterator<Item = &DescriptorRule> {
-        self.by_domain.values().flatten()
+        self.rules.iter()
     }
 
     /// The rule that limits a descriptor of `domain` with `entries` (`(key, value)` pairs in
@@ -216,6 +252,7 @@ impl DescriptorRules {
         self.by_domain
             .get(domain)?
             .iter()
+            .map(|&i| &self.rules[i])
             .filter(|r| r.matches(entries.clone()))
             // Position by position, a fixed value sorts above a key alone; the first of equals
             // (there are none: duplicates are refused) would win.

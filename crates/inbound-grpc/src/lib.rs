@@ -26,5 +26,6 @@ mod metrics;
 pub mod server;
 pub mod service;
 
+pub use edge_middleware::descriptors::UnknownDescriptor;
 pub use server::{MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes, serve};
-pub use service::{MAX_DESCRIPTORS, RlsService, UnknownDescriptor};
+pub use service::{MAX_DESCRIPTORS, RlsService};

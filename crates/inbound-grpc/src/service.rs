@@ -19,7 +19,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
-use edge_middleware::descriptors::{self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES};
+use edge_middleware::descriptors::{
+    self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
+};
 use edge_middleware::{SubjectHasher, headers};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
@@ -37,33 +39,6 @@ use crate::metrics::Metrics;
 
 /// Most descriptors in one request (matched or not); more is refused before any matching.
 pub const MAX_DESCRIPTORS: usize = 64;
-
-/// What answers a descriptor that no rule matches.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum UnknownDescriptor {
-    /// `OK` for it (what Envoy users expect of a rate-limit service).
-    #[default]
-    Allow,
-    /// `OVER_LIMIT` for the whole request, and nothing is charged.
-    Deny,
-}
-
-impl UnknownDescriptor {
-    pub fn parse(s: &str) -> Option<Self> {
-        match s {
-            "allow" => Some(Self::Allow),
-            "deny" => Some(Self::Deny),
-            _ => None,
-        }
-    }
-
-    pub fn as_str(self) -> &'static str {
-        match self {
-            Self::Allow => "allow",
-            Self::Deny => "deny",
-        }
-    }
-}
 
 /// The service behind `envoy.service.ratelimit.v3.RateLimitService`. Cheap to clone.
 #[derive(Debug, Clone)]
