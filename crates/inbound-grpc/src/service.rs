@@ -239,11 +239,11 @@ fn check(request: &RateLimitRequest) -> Result<(), Status> {
         }
         for (j, e) in d.entries.iter().enumerate() {
             let what = if e.key.is_empty() {
-                "an empty key"
+                "an empty key".to_owned()
             } else if e.value.is_empty() {
-                "an empty value"
+                "an empty value".to_owned()
             } else if e.key.len() > MAX_ENTRY_BYTES || e.value.len() > MAX_ENTRY_BYTES {
-                "a key or value longer than 256 bytes"
+                format!("a key or value longer than {MAX_ENTRY_BYTES} bytes")
             } else {
                 continue;
             };
