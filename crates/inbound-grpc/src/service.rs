@@ -99,6 +99,29 @@ impl RlsService {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
+        let answer = self.answer(request).await;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // The domain and counts only: descriptor values are subjects, never logged.
+            match &answer {
+                Ok(r) => tracing::debug!(
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    overall_code = r.overall_code,
+                    "rls.should_rate_limit"
+                ),
+                Err(s) => tracing::debug!(
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    code = ?s.code(),
+                    message = s.message(),
+                    "rls.should_rate_limit refused"
+                ),
+            }
+        }
+        answer
+    }
+
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         check(request)?;
         let (slots, limits) = self.matched(request)?;
         let me = &self.inner;
@@ -412,4 +435,47 @@ fn failed(
         )),
         MultiOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use shared_contract::{AlgorithmSpec, PolicyRevision, PolicySpec};
+
+    use super::*;
+
+    fn window(limit: u64, secs: u64) -> RateLimitPolicy {
+        RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new("p").expect("valid id"),
+            revision: PolicyRevision::new(1).expect("valid revision"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit,
+                window: Duration::from_secs(secs),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy")
+    }
+
+    #[test]
+    fn current_limit_is_exact_on_units_and_scaled_down_between_them() {
+        let of = |limit, secs| {
+            let l = current_limit(&window(limit, secs));
+            (l.requests_per_unit, Unit::try_from(l.unit).expect("a unit"))
+        };
+        assert_eq!(of(100, 1), (100, Unit::Second));
+        assert_eq!(of(100, 60), (100, Unit::Minute));
+        assert_eq!(of(5, 3_600), (5, Unit::Hour));
+        assert_eq!(of(7, 86_400), (7, Unit::Day));
+        assert_eq!(of(7, 604_800), (7, Unit::Week));
+        // 120 per 2 minutes: 60 per minute; 5 per 10 s: 0.5 per second, shown as 1.
+        assert_eq!(of(120, 120), (60, Unit::Minute));
+        assert_eq!(of(5, 10), (1, Unit::Second));
+        // Beyond a week: per week, scaled.
+        assert_eq!(of(1_400, 1_209_600), (700, Unit::Week));
+    }
 }
