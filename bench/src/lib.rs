@@ -2,7 +2,7 @@
 //! decisions per second and latency percentiles (p50, p99, p99.9) from an HDR histogram.
 //!
 //! ```text
-//! rl-bench --provider redis|local [--redis-url URL] --algorithm NAME --keys N --concurrency C
+//! rl-bench --provider redis|local|grpc [--redis-url URL] [--grpc-addr HOST:PORT] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
 //!          [--min-replicas-ack N] [--policies 1..8]
@@ -34,6 +34,9 @@
 //! `max(1024, concurrency)`, so neither caps the figure; any outcome that is not a decision
 //! (unavailable, indeterminate, incompatible, refused request) is counted in `errors`.
 //! `bench/rl-bench/compare.sh` runs it side by side with `redis-benchmark` (docs/performance.md).
+//! `--provider grpc` drives a running gRPC rate-limit service instead of a port ([`grpc`]).
+
+pub mod grpc;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -54,6 +57,8 @@ use shared_contract::{
 pub enum ProviderKind {
     Redis,
     Local,
+    /// A running gRPC rate-limit service at `--grpc-addr` ([`grpc`]).
+    Grpc,
 }
 
 impl ProviderKind {
@@ -61,6 +66,7 @@ impl ProviderKind {
         match self {
             ProviderKind::Redis => "redis",
             ProviderKind::Local => "local",
+            ProviderKind::Grpc => "grpc",
         }
     }
 }
@@ -113,6 +119,9 @@ pub struct Args {
     /// (`evaluate_all`) of that many policies of `--algorithm` for one subject.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u64).range(1..=8))]
     pub policies: u64,
+    /// The gRPC rate-limit service for `--provider grpc` (host:port).
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    pub grpc_addr: String,
 }
 
 fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
@@ -394,11 +403,14 @@ pub async fn provider(
             }
             Arc::new(p)
         }
+        ProviderKind::Grpc => {
+            bail!("--provider grpc drives a running service, not a port (see the grpc module)")
+        }
     })
 }
 
 #[derive(Debug)]
-struct Tally {
+pub(crate) struct Tally {
     allowed: u64,
     denied: u64,
     unavailable: u64,
@@ -517,11 +529,16 @@ async fn worker(
 /// # Errors
 /// When the provider cannot be built, or a worker task fails.
 pub async fn run(args: Args) -> anyhow::Result<Report> {
+    let args = Arc::new(args);
+    if args.provider == ProviderKind::Grpc {
+        let started = Instant::now();
+        let total = grpc::run(args.clone(), started + args.duration).await?;
+        return Ok(report(&args, started, total));
+    }
     let all = bench_policies(args.algorithm, args.policies)?;
     let policy_ids: Arc<Vec<PolicyId>> = Arc::new(all.iter().map(|p| p.id().clone()).collect());
     let policies = PolicySet::new(all, policy_ids[0].clone())?;
     let port = provider(&args, policies).await?;
-    let args = Arc::new(args);
     let started = Instant::now();
     let stop = started + args.duration;
     let tasks: Vec<_> = (0..args.concurrency)
@@ -539,7 +556,11 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
     for task in tasks {
         total.add(&task.await.context("worker task")??)?;
     }
-    Ok(Report {
+    Ok(report(&args, started, total))
+}
+
+fn report(args: &Args, started: Instant, total: Tally) -> Report {
+    Report {
         provider: args.provider,
         algorithm: args.algorithm,
         keys: args.keys,
@@ -553,7 +574,7 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         incompatible: total.incompatible,
         refused: total.refused,
         latency_ns: total.latency_ns,
-    })
+    }
 }
 
 #[cfg(test)]

@@ -2,6 +2,7 @@
 //!
 //! - [`rate`] and [`gate`]: what a test sends and asks, built in one place (policies of every
 //!   algorithm, requests, subjects, evaluations; gate settings, events, port calls);
+//! - [`config`]: a configuration's settings or its problems by key path;
 //! - [`eventually`]: the one bounded wait for something that becomes true in real time;
 //! - [`conformance`] (and its multi-limit cases, [`conformance_multi`]): the provider-neutral
 //!   conformance suite, run on every provider;
@@ -10,6 +11,7 @@
 //!   fault tools to break them (a TCP fault proxy, pausing and killing nodes).
 
 pub mod cluster;
+pub mod config;
 pub mod conformance;
 pub mod conformance_multi;
 pub mod eventually;

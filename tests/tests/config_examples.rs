@@ -56,3 +56,20 @@ fn both_examples_define_the_gate_the_readme_uses() {
         );
     }
 }
+
+#[test]
+fn envoy_example_serves_grpc_and_maps_both_descriptors() {
+    let s = load("envoy.toml");
+    assert_eq!(
+        s.grpc.bind,
+        Some("127.0.0.1:8081".parse().expect("address")),
+        "docs/envoy.md points Envoy at 127.0.0.1:8081"
+    );
+    for (key, policy) in [("remote_address", "per_ip"), ("tenant", "per_tenant")] {
+        let rule = s
+            .rls
+            .find("edge", [(key, "some-value")].into_iter())
+            .unwrap_or_else(|| panic!("a rule for {key}"));
+        assert_eq!(rule.policy().as_str(), policy);
+    }
+}

@@ -38,6 +38,7 @@ pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
-    BreakerSettings, CostSource, EnabledSettings, HeaderCondition, HttpSettings, LogFormat,
-    LogSettings, ProviderSettings, RateLimitSettings, RouteSettings, Settings, SubjectSource,
+    BreakerSettings, CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition,
+    HttpSettings, LogFormat, LogSettings, ProviderSettings, RateLimitSettings, RouteSettings,
+    Settings, SubjectSource, UnknownDescriptor,
 };

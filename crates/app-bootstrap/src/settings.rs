@@ -17,6 +17,8 @@ use shared_contract::{FailurePolicy, PolicyError, PolicyErrors, PolicyId, Policy
 use edge_middleware::Rule;
 /// Where a route's subject is read: the middleware's type, which reads it.
 pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
+/// The gRPC server's descriptor rules and unknown-descriptor answer: the edge's types.
+pub use edge_middleware::descriptors::{DescriptorRules, UnknownDescriptor};
 
 /// Everything the reference app is configured with.
 #[derive(Debug, Clone)]
@@ -28,6 +30,19 @@ pub struct Settings {
     pub routes: Vec<RouteSettings>,
     /// `[event_gates.*]`, validated; empty when none is configured (then nothing is built).
     pub event_gates: GateSet,
+    /// `[grpc]`: the Envoy rate-limit service's listener.
+    pub grpc: GrpcSettings,
+    /// `[[rls.descriptors]]`, in file order: which policy limits a gateway's descriptor.
+    pub rls: DescriptorRules,
+}
+
+/// `[grpc]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct GrpcSettings {
+    /// `None` (the default): no gRPC server, no port.
+    pub bind: Option<SocketAddr>,
+    /// What answers a descriptor that no `[[rls.descriptors]]` rule matches.
+    pub unknown_descriptor: UnknownDescriptor,
 }
 
 impl Settings {

@@ -14,6 +14,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
+//! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
 //! | [`rule`] | which requests a policy limits (path, methods, host, headers), the subject parts, the cost |
@@ -90,6 +91,7 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+pub mod descriptors;
 pub mod headers;
 pub mod layer;
 pub mod limiter;

@@ -47,18 +47,21 @@ const ERROR_CATEGORIES: [&str; 10] = [
     "reply",
 ];
 
+/// One policy's decision counters ([`names::DECISIONS`] by outcome) and latency histogram,
+/// registered once: public so that another entry point (the gRPC server) records under the
+/// same names and labels.
 #[derive(Debug)]
-struct PolicyMetrics {
-    allowed: Counter,
-    denied: Counter,
-    unavailable: Counter,
-    indeterminate: Counter,
-    incompatible: Counter,
-    latency: Histogram,
+pub struct PolicyMetrics {
+    pub allowed: Counter,
+    pub denied: Counter,
+    pub unavailable: Counter,
+    pub indeterminate: Counter,
+    pub incompatible: Counter,
+    pub latency: Histogram,
 }
 
 impl PolicyMetrics {
-    fn new(policy: &PolicyId) -> Self {
+    pub fn new(policy: &PolicyId) -> Self {
         let c = |outcome: &'static str| metrics::counter!(names::DECISIONS, "policy" => policy.as_str().to_owned(), "outcome" => outcome);
         Self {
             allowed: c("allowed"),

@@ -111,8 +111,21 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
         }
     };
 
+    let mut rls = None;
     let limiter = match app_bootstrap::build(&settings.rate_limit).await {
-        Ok(Some(runtime)) => Some(Arc::new(runtime.into_limiter())),
+        Ok(Some(runtime)) => {
+            rls = settings.grpc.bind.map(|bind| {
+                let service = inbound_grpc::RlsService::new(
+                    runtime.port().clone(),
+                    runtime.hasher().clone(),
+                    settings.rls.clone(),
+                    settings.grpc.unknown_descriptor,
+                    runtime.budget(),
+                );
+                (bind, service)
+            });
+            Some(Arc::new(runtime.into_limiter()))
+        }
         Ok(None) => {
             tracing::info!("rate limiting disabled: no provider, connection or task was created");
             None
@@ -146,11 +159,35 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
     let addr = listener
         .local_addr()
         .map_or_else(|_| settings.http.bind.to_string(), |a| a.to_string());
+    // One signal stops both servers: the HTTP one waits on it, the gRPC one on a watch of it.
+    let (stop_grpc, grpc_stopped) = tokio::sync::watch::channel(false);
+    let stop_grpc = Arc::new(stop_grpc);
+    let stop_on_signal = stop_grpc.clone();
+    let grpc = match rls {
+        Some((bind, service)) => match start_grpc(bind, service, grpc_stopped).await {
+            Ok(task) => Some(task),
+            Err(code) => return code,
+        },
+        None => None,
+    };
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
-    let served = inbound_web::app::serve(listener, router, &settings.http, shutdown).await;
+    let served = inbound_web::app::serve(listener, router, &settings.http, async move {
+        shutdown.await;
+        let _ = stop_on_signal.send(true);
+    })
+    .await;
+    // Also when the HTTP server ended without a signal (an error).
+    let _ = stop_grpc.send(true);
     for o in &observers {
         o.abort();
+    }
+    if let Some(task) = grpc {
+        match task.await {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => tracing::warn!(error = %e, "gRPC server stopped with an error"),
+            Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
+        }
     }
     if let Some(g) = &gates {
         // Open streams end with the server; the publisher stops after its current call.
@@ -166,4 +203,30 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// Binds the gRPC listener and serves the rate-limit service on it until `stopped` turns true.
+async fn start_grpc(
+    bind: std::net::SocketAddr,
+    service: inbound_grpc::RlsService,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> Result<tokio::task::JoinHandle<Result<(), inbound_grpc::ServeError>>, ExitCode> {
+    let listener = match tokio::net::TcpListener::bind(bind).await {
+        Ok(l) => l,
+        Err(e) => {
+            eprintln!("grpc.bind: cannot listen on {bind}: {e}");
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| bind.to_string(), |a| a.to_string());
+    tracing::info!("gRPC rate-limit service listening on {addr}");
+    Ok(tokio::spawn(inbound_grpc::serve(
+        listener,
+        service,
+        async move {
+            let _ = stopped.wait_for(|stop| *stop).await;
+        },
+    )))
 }

@@ -178,3 +178,22 @@ fn inbound_web_reaches_the_adapters_only_through_app_bootstrap() {
         "inbound-web reaches {found:?} other than through app-bootstrap"
     );
 }
+
+#[test]
+fn inbound_grpc_never_reaches_redis_tls_configuration_or_web_framework() {
+    // The gateway's entry point needs the contract, the edge and the gRPC stack: a provider,
+    // TLS, the configuration layer or axum (which tonic's router would bring) is a mistake.
+    let forbidden = ["redis", "rustls", "figment", "axum", "fred", "moka"];
+    assert_reaches_none("inbound-grpc", &forbidden);
+}
+
+#[test]
+fn inbound_grpc_depends_on_no_workspace_crate_but_the_contract_and_the_edge() {
+    let g = graph();
+    let workspace: BTreeSet<String> = g
+        .reaches("inbound-grpc", &[])
+        .into_iter()
+        .filter(|n| g.members.contains_key(n))
+        .collect();
+    assert_eq!(workspace, set(&["shared-contract", "edge-middleware"]));
+}

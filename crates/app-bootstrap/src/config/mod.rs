@@ -28,12 +28,14 @@
 //! | `policies` | `[rate_limit.policies.*]` |
 //! | `routes` | `[[routes]]` |
 //! | `gates` | `[event_gates.*]` |
+//! | `grpc` | `[grpc]`, `[[rls.descriptors]]` |
 //!
 //! [`RateLimitPolicy::new`]: shared_contract::RateLimitPolicy::new
 //! [`GateSettings::new`]: shared_contract::gate::GateSettings::new
 
 mod env;
 mod gates;
+mod grpc;
 mod http;
 mod log;
 mod policies;
@@ -51,11 +53,19 @@ use figment::value::Dict;
 
 pub use env::{ENV_PREFIX, ENV_SEPARATOR};
 
-use crate::settings::Settings;
+use crate::settings::{RateLimitSettings, Settings};
 use reader::Check;
 
 /// The top-level sections, each named by the module that reads it.
-pub const TOP_KEYS: &[&str] = &[http::P, log::P, rate_limit::P, routes::P, gates::P];
+pub const TOP_KEYS: &[&str] = &[
+    http::P,
+    log::P,
+    rate_limit::P,
+    routes::P,
+    gates::P,
+    grpc::P,
+    grpc::RLS,
+];
 
 /// One configuration problem: the full key path and what is wrong with its value.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -191,6 +201,14 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
     let event_gates = gates::read(&mut c, root.get("event_gates"));
+    // With a [rate_limit] that has problems of its own, "needs rate limiting" would be noise.
+    let enabled = rate_limit
+        .settings
+        .as_ref()
+        .is_none_or(|s| matches!(s, RateLimitSettings::Enabled(_)));
+    let http_bind = http.as_ref().map(|h| h.bind);
+    let grpc = grpc::read(&mut c, root.get(grpc::P), http_bind, enabled);
+    let rls = grpc::read_rules(&mut c, root.get(grpc::RLS), &rate_limit.policy_ids);
 
     match (c.count() == 0, http, log, rate_limit.settings) {
         (true, Some(http), Some(log), Some(rate_limit)) => Ok(Settings {
@@ -199,6 +217,8 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
             rate_limit,
             routes: routes.unwrap_or_default(),
             event_gates: event_gates.unwrap_or_default(),
+            grpc: grpc.unwrap_or_default(),
+            rls: rls.unwrap_or_default(),
         }),
         _ => Err(ConfigErrors(c.into_problems())),
     }
@@ -212,5 +232,6 @@ pub(crate) fn render(settings: &Settings) -> String {
     rate_limit::render(&mut o, &settings.rate_limit);
     routes::render(&mut o, &settings.routes);
     gates::render(&mut o, &settings.event_gates);
+    grpc::render(&mut o, &settings.grpc, &settings.rls);
     o.finish()
 }

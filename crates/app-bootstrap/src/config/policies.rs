@@ -54,6 +54,22 @@ pub(super) fn read_id(c: &mut Check, path: &str, v: &Value) -> Option<PolicyId> 
     c.parsed(path, Some(v), PolicyId::new)
 }
 
+/// A reference to a policy at `path` (`routes[0].policy`), which must be among `defined`.
+pub(super) fn read_ref(
+    c: &mut Check,
+    path: &str,
+    v: &Value,
+    defined: &[PolicyId],
+) -> Option<PolicyId> {
+    let id = read_id(c, path, v)?;
+    if defined.contains(&id) {
+        Some(id)
+    } else {
+        c.push(path, undefined(&id, defined));
+        None
+    }
+}
+
 /// The problem of a reference to a policy that is not among `defined`.
 pub(super) fn undefined(id: &PolicyId, defined: &[PolicyId]) -> String {
     let defined = if defined.is_empty() {

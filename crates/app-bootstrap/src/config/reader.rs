@@ -376,6 +376,40 @@ macro_rules! key {
 }
 pub(crate) use key;
 
+/// An array of tables at `path` (`[[routes]]`, `[[rls.descriptors]]`), each read by `item`
+/// at `path[i]`: an empty list when absent, `None` when it is not an array or any table had
+/// problems (reported).
+pub(crate) fn array_of_tables<T>(
+    c: &mut Check,
+    path: &str,
+    v: Option<&Value>,
+    mut item: impl FnMut(&mut Check, &str, &Dict) -> Option<T>,
+) -> Option<Vec<T>> {
+    let items = match v {
+        None => return Some(Vec::new()),
+        Some(Value::Array(_, items)) => items,
+        Some(other) => {
+            let got = show(other);
+            c.push(
+                path,
+                format!("must be an array of tables ([[{path}]]), got {got}"),
+            );
+            return None;
+        }
+    };
+    let before = c.count();
+    let mut out = Vec::new();
+    for (i, v) in items.iter().enumerate() {
+        let at = format!("{path}[{i}]");
+        if let Some(d) = c.table(&at, Some(v))
+            && let Some(t) = item(c, &at, d)
+        {
+            out.push(t);
+        }
+    }
+    (c.count() == before).then_some(out)
+}
+
 /// The names of `keys`, for [`Check::unknown_keys`].
 pub(crate) fn names<D, S>(keys: &[Key<D, S>]) -> impl Iterator<Item = &'static str> + Clone {
     keys.iter().map(|k| k.name)

@@ -1,0 +1,177 @@
+//! `[grpc]` (the Envoy rate-limit service's listener) and `[[rls.descriptors]]` (which policy
+//! limits a gateway's descriptor, and whose values are its subject).
+
+use std::net::SocketAddr;
+
+use edge_middleware::descriptors::{
+    DescriptorError, DescriptorRule, DescriptorRules, EntryMatcher, UnknownDescriptor,
+};
+use figment::value::{Dict, Value};
+use shared_contract::PolicyId;
+
+use super::policies;
+use super::reader::{
+    Check, Key, Toml, array_of_tables, join, read_keys, render_section, show, toml_str,
+};
+use crate::settings::GrpcSettings;
+
+pub(super) const P: &str = "grpc";
+pub(super) const RLS: &str = "rls";
+
+const KEYS: &[Key<GrpcSettings>] = &[
+    Key {
+        name: "bind",
+        read: |c, path, v, s| {
+            s.bind = c.parsed(path, Some(v), |a| {
+                a.parse::<SocketAddr>()
+                    .map_err(|_| format!("{a:?} is not an address such as \"127.0.0.1:8081\""))
+            });
+        },
+        render: |s, o| match s.bind {
+            Some(a) => o.str("bind", &a.to_string()),
+            None => o.line("# bind: absent, no gRPC server"),
+        },
+    },
+    Key {
+        name: "unknown_descriptor",
+        read: |c, path, v, s| {
+            if let Some(u) = c.choice(
+                path,
+                Some(v),
+                UnknownDescriptor::parse,
+                "an unknown-descriptor answer",
+                "\"allow\" or \"deny\"",
+            ) {
+                s.unknown_descriptor = u;
+            }
+        },
+        render: |s, o| o.str("unknown_descriptor", s.unknown_descriptor.as_str()),
+    },
+];
+
+const RULE_KEYS: &[&str] = &["domain", "entries", "policy"];
+
+/// `[grpc]`; `None` when it has problems (reported). `http_bind`: the HTTP listener's address,
+/// which the gRPC one may not share; `enabled`: whether rate limiting is on (a server without
+/// a limiter to ask is refused).
+pub(super) fn read(
+    c: &mut Check,
+    v: Option<&Value>,
+    http_bind: Option<SocketAddr>,
+    enabled: bool,
+) -> Option<GrpcSettings> {
+    let d = c.section(P, v)?;
+    let before = c.count();
+    let mut s = GrpcSettings::default();
+    read_keys(c, P, d, KEYS, &mut s);
+    if let Some(bind) = s.bind {
+        if http_bind == Some(bind) && bind.port() != 0 {
+            c.push(
+                join(P, "bind"),
+                format!("{bind} is already http.bind; give the gRPC server its own port"),
+            );
+        }
+        if !enabled {
+            c.push(
+                join(P, "bind"),
+                "a gRPC server needs rate limiting: set rate_limit.enabled = true, or remove grpc.bind",
+            );
+        }
+    }
+    (c.count() == before).then_some(s)
+}
+
+/// `[rls]` and its `[[rls.descriptors]]`; `None` when one has problems (reported).
+/// `policy_ids`: the policies a rule may name.
+pub(super) fn read_rules(
+    c: &mut Check,
+    v: Option<&Value>,
+    policy_ids: &[PolicyId],
+) -> Option<DescriptorRules> {
+    let d = c.section(RLS, v)?;
+    c.unknown_keys(RLS, d, ["descriptors"].into_iter());
+    let path = join(RLS, "descriptors");
+    let rules = array_of_tables(c, &path, d.get("descriptors"), |c, at, d| {
+        read_rule(c, at, d, policy_ids)
+    })?;
+    match DescriptorRules::new(rules) {
+        Ok(rules) => Some(rules),
+        Err(e) => {
+            let at = match &e {
+                DescriptorError::Duplicate { index, .. } => format!("{path}[{index}]"),
+                _ => path,
+            };
+            c.push(at, e.to_string());
+            None
+        }
+    }
+}
+
+fn read_rule(
+    c: &mut Check,
+    path: &str,
+    d: &Dict,
+    policy_ids: &[PolicyId],
+) -> Option<DescriptorRule> {
+    c.unknown_keys(path, d, RULE_KEYS.iter().copied());
+    let at = |key: &str| join(path, key);
+    let domain = c
+        .required(&at("domain"), d.get("domain"), "required, e.g. \"edge\"")
+        .and_then(|v| c.string(&at("domain"), Some(v)));
+    let entries = c
+        .required(
+            &at("entries"),
+            d.get("entries"),
+            "required: the descriptor's keys in order, e.g. [\"remote_address\"]",
+        )
+        .and_then(|v| read_entries(c, &at("entries"), v));
+    let policy = c
+        .required(&at("policy"), d.get("policy"), "required: a policy id")
+        .and_then(|v| policies::read_ref(c, &at("policy"), v, policy_ids));
+    let (domain, entries, policy) = (domain?, entries?, policy?);
+    match DescriptorRule::new(domain, entries, policy) {
+        Ok(rule) => Some(rule),
+        Err(e) => {
+            let key = match e {
+                DescriptorError::EmptyDomain => "domain",
+                _ => "entries",
+            };
+            c.push(at(key), e.to_string());
+            None
+        }
+    }
+}
+
+fn read_entries(c: &mut Check, path: &str, v: &Value) -> Option<Vec<EntryMatcher>> {
+    let Value::Array(_, items) = v else {
+        c.push(
+            path,
+            format!("must be an array of strings, got {}", show(v)),
+        );
+        return None;
+    };
+    let before = c.count();
+    let mut out = Vec::with_capacity(items.len());
+    for (j, item) in items.iter().enumerate() {
+        let at = format!("{path}[{j}]");
+        if let Some(e) = c.parsed(&at, Some(item), EntryMatcher::parse) {
+            out.push(e);
+        }
+    }
+    (c.count() == before).then_some(out)
+}
+
+pub(super) fn render(o: &mut Toml, grpc: &GrpcSettings, rules: &DescriptorRules) {
+    render_section(o, P, KEYS, grpc);
+    for r in rules.iter() {
+        o.array_table("rls.descriptors");
+        o.str("domain", r.domain());
+        let entries: Vec<String> = r
+            .entries()
+            .iter()
+            .map(|e| toml_str(&e.to_string()))
+            .collect();
+        o.raw("entries", format_args!("[{}]", entries.join(", ")));
+        o.str("policy", r.policy().as_str());
+    }
+}

@@ -1,0 +1,31 @@
+//! Envoy's rate-limit service (`envoy.service.ratelimit.v3.RateLimitService`) over any
+//! [`EdgeRateLimitPort`](shared_contract::EdgeRateLimitPort), so that gateways (Envoy, Istio)
+//! can ask the same limits as the HTTP edge.
+//!
+//! The key design decision: **one `RateLimitRequest` is one all-or-nothing evaluation.** Every
+//! descriptor that a rule ([`edge_middleware::descriptors`]) matches becomes one limit of a
+//! single `evaluate_all`: the request is admitted only when every limit admits, and when any
+//! denies nothing is charged anywhere. Subjects are digested with the application's subject
+//! key before they reach the port, as at the HTTP edge, so raw descriptor values never reach
+//! Redis, logs or metrics. The crate depends on the contract, the edge and the gRPC stack
+//! only (no provider, no configuration, no web framework).
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`service`] | `ShouldRateLimit`: checks, matching, the evaluation, the response; the failure mapping |
+//! | [`server`] | the listener: the rate-limit method, the health service, graceful shutdown |
+//! | `metrics` | decision metrics under the HTTP edge's names and labels |
+//!
+//! ## Features
+//!
+//! | feature | default | what |
+//! | --- | --- | --- |
+//! | (none) | | this crate has no optional features |
+
+mod metrics;
+pub mod server;
+pub mod service;
+
+pub use edge_middleware::descriptors::UnknownDescriptor;
+pub use server::{MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes, serve};
+pub use service::{MAX_DESCRIPTORS, RlsService};

@@ -1,0 +1,62 @@
+//! The gRPC server's decision metrics: the HTTP edge's names and labels
+//! ([`edge_middleware::limiter::names`]), so that one dashboard shows both.
+//!
+//! Each limit of an evaluation counts under its own policy: `allowed` or `denied` as its own
+//! decision said (a limit that would have admitted in a denied evaluation counts `allowed`,
+//! although nothing was charged), or the evaluation's failure (`unavailable`,
+//! `indeterminate`, `incompatible`) for every limit of it. Handles are registered once, when
+//! the service is built.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use edge_middleware::limiter::{PolicyMetrics, names};
+use shared_contract::{MultiOutcome, PolicyId, PolicySet, RateLimitPolicy};
+
+/// Every policy's handles.
+#[derive(Debug)]
+pub(crate) struct Metrics {
+    by_policy: HashMap<PolicyId, PolicyMetrics>,
+}
+
+impl Metrics {
+    pub(crate) fn new(policies: &PolicySet) -> Self {
+        let by_policy = policies
+            .iter()
+            .map(|p| (p.id().clone(), PolicyMetrics::new(p.id())))
+            .collect();
+        Self { by_policy }
+    }
+
+    /// Records one evaluation of `policies` (in limit order) that answered `outcome`.
+    pub(crate) fn record(
+        &self,
+        policies: &[RateLimitPolicy],
+        outcome: &MultiOutcome,
+        elapsed: Duration,
+    ) {
+        for (i, p) in policies.iter().enumerate() {
+            let Some(m) = self.by_policy.get(p.id()) else {
+                continue;
+            };
+            m.latency.record(elapsed.as_secs_f64());
+            let counter = match outcome {
+                MultiOutcome::Evaluated(d) => match d.decisions.get(i) {
+                    Some(decision) if decision.allowed => &m.allowed,
+                    _ => &m.denied,
+                },
+                MultiOutcome::Unavailable { .. } => &m.unavailable,
+                MultiOutcome::Indeterminate { .. } => &m.indeterminate,
+                MultiOutcome::Incompatible { .. } => &m.incompatible,
+            };
+            counter.increment(1);
+        }
+        let category = match outcome {
+            MultiOutcome::Evaluated(_) => return,
+            MultiOutcome::Unavailable { category, .. } => category.as_str(),
+            MultiOutcome::Indeterminate { .. } => "indeterminate",
+            MultiOutcome::Incompatible { category, .. } => category.as_str(),
+        };
+        metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+    }
+}

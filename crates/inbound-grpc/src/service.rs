@@ -1,0 +1,481 @@
+//! `ShouldRateLimit`: a `RateLimitRequest` checked, its descriptors matched to policies, one
+//! all-or-nothing evaluation of every matched descriptor, and the answer in Envoy's terms.
+//!
+//! | outcome | gRPC answer |
+//! | --- | --- |
+//! | evaluated, every limit admits | `OK`, each descriptor `OK` |
+//! | evaluated, some limit denies (nothing charged) | `OVER_LIMIT`; the denying descriptors `OVER_LIMIT`, the others `OK` |
+//! | unknown domain or descriptor, `unknown_descriptor = "allow"` | that descriptor `OK`, no limit |
+//! | unknown, `"deny"` | `OVER_LIMIT` without evaluating (nothing charged); unknown descriptors `OVER_LIMIT`, matched ones `UNKNOWN` |
+//! | not evaluated, every matched policy `fail_open` | `OK`, matched descriptors `OK` without a limit |
+//! | not evaluated, otherwise: provider unavailable / incompatible | gRPC status `UNAVAILABLE` |
+//! | not evaluated, otherwise: result unknown (`indeterminate`) | gRPC status `UNKNOWN` |
+//! | bad request | gRPC status `INVALID_ARGUMENT`, nothing charged |
+//!
+//! A gRPC error status is what Envoy's `failure_mode_deny` acts on: with it true the request is
+//! refused, with it false (Envoy's default) it goes through.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use edge_middleware::descriptors::{
+    self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
+};
+use edge_middleware::{SubjectHasher, headers};
+use envoy_types::pb::envoy::config::core::v3::HeaderValue;
+use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
+    Code, DescriptorStatus, RateLimit, rate_limit::Unit,
+};
+use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
+use shared_contract::{
+    Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits, MAX_LIMITS, MultiDecision,
+    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitPolicy,
+};
+use tonic::Status;
+
+use crate::metrics::Metrics;
+
+/// Most descriptors in one request (matched or not); more is refused before any matching.
+pub const MAX_DESCRIPTORS: usize = 64;
+
+/// The service behind `envoy.service.ratelimit.v3.RateLimitService`. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RlsService {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    port: Arc<dyn EdgeRateLimitPort>,
+    hasher: SubjectHasher,
+    rules: DescriptorRules,
+    unknown: UnknownDescriptor,
+    budget: Duration,
+    metrics: Metrics,
+}
+
+/// A descriptor matched to a policy: which limit of the evaluation it is.
+#[derive(Debug, Clone, Copy)]
+enum Slot {
+    Unknown,
+    Limit(usize),
+}
+
+impl RlsService {
+    /// A service over `port`: descriptors matched by `rules` (each rule's policy must be one
+    /// of the port's; a rule naming another never matches), subjects digested with `hasher`,
+    /// each evaluation given a deadline `budget` from now.
+    ///
+    /// Registers the metrics of every policy (install the metrics recorder first).
+    pub fn new(
+        port: Arc<dyn EdgeRateLimitPort>,
+        hasher: SubjectHasher,
+        rules: DescriptorRules,
+        unknown: UnknownDescriptor,
+        budget: Duration,
+    ) -> Self {
+        let metrics = Metrics::new(port.policies());
+        Self {
+            inner: Arc::new(Inner {
+                port,
+                hasher,
+                rules,
+                unknown,
+                budget,
+                metrics,
+            }),
+        }
+    }
+
+    /// Answers one `RateLimitRequest`.
+    ///
+    /// # Errors
+    /// A gRPC [`Status`]: `INVALID_ARGUMENT` for a bad request (nothing charged),
+    /// `UNAVAILABLE` or `UNKNOWN` when the provider could not decide and a matched policy does
+    /// not fail open (see the module docs).
+    pub async fn should_rate_limit(
+        &self,
+        request: &RateLimitRequest,
+    ) -> Result<RateLimitResponse, Status> {
+        let answer = self.answer(request).await;
+        if tracing::enabled!(tracing::Level::DEBUG) {
+            // The domain and counts only: descriptor values are subjects, never logged.
+            match &answer {
+                Ok(r) => tracing::debug!(
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    overall_code = r.overall_code,
+                    "rls.should_rate_limit"
+                ),
+                Err(s) => tracing::debug!(
+                    domain = %request.domain,
+                    descriptors = request.descriptors.len(),
+                    code = ?s.code(),
+                    message = s.message(),
+                    "rls.should_rate_limit refused"
+                ),
+            }
+        }
+        answer
+    }
+
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        check(request)?;
+        let (slots, limits) = self.matched(request)?;
+        let me = &self.inner;
+        let unknown = slots.iter().any(|s| matches!(s, Slot::Unknown));
+        if unknown && me.unknown == UnknownDescriptor::Deny {
+            let statuses = slots
+                .iter()
+                .map(|s| status_only(matches!(s, Slot::Unknown), Code::Unknown))
+                .collect();
+            return Ok(response(Code::OverLimit, statuses, Vec::new()));
+        }
+        if limits.is_empty() {
+            let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
+            return Ok(response(Code::Ok, statuses, Vec::new()));
+        }
+        let policies: Vec<RateLimitPolicy> = limits
+            .iter()
+            .filter_map(|l| me.port.policies().get(&l.policy_id).cloned())
+            .collect();
+        let start = Instant::now();
+        let deadline = Deadline::at(start, me.budget)
+            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
+            .map_err(|e| Status::internal(format!("no deadline: {e}")))?;
+        let limits = Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let evaluation = MultiRequest {
+            limits,
+            evaluation_id: None,
+            deadline,
+        };
+        let outcome = me
+            .port
+            .evaluate_all(evaluation)
+            .await
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
+        me.metrics.record(&policies, &outcome, start.elapsed());
+        match outcome {
+            MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
+            failure => failed(&slots, &policies, &failure),
+        }
+    }
+
+    /// Each descriptor's slot, and the limits of the matched ones (a descriptor that repeats an
+    /// earlier one's policy and subject shares its limit, whose cost is then the sum).
+    fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Limit>), Status> {
+        let me = &self.inner;
+        let default_cost = u64::from(request.hits_addend.max(1));
+        let mut slots = Vec::with_capacity(request.descriptors.len());
+        let mut limits: Vec<Limit> = Vec::new();
+        let mut at: HashMap<(PolicyId, [u8; 32]), usize> = HashMap::new();
+        for (i, d) in request.descriptors.iter().enumerate() {
+            let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
+            let Some(rule) = me.rules.find(&request.domain, entries) else {
+                slots.push(Slot::Unknown);
+                continue;
+            };
+            let Some(policy) = me.port.policies().get(rule.policy()) else {
+                slots.push(Slot::Unknown);
+                continue;
+            };
+            let cost = descriptor_cost(d, default_cost);
+            let subject =
+                descriptors::subject(&me.hasher, d.entries.iter().map(|e| e.value.as_str()));
+            let key = (policy.id().clone(), *subject.as_bytes());
+            let slot = match at.get(&key) {
+                Some(&j) => {
+                    let sum = limits[j].cost.get().saturating_add(cost);
+                    limits[j].cost = cost_of(i, sum, policy)?;
+                    j
+                }
+                None => {
+                    if limits.len() == MAX_LIMITS {
+                        return Err(Status::invalid_argument(format!(
+                            "more than {MAX_LIMITS} descriptors match a rule; one evaluation takes at most {MAX_LIMITS}"
+                        )));
+                    }
+                    limits.push(Limit {
+                        policy_id: policy.id().clone(),
+                        subject,
+                        cost: cost_of(i, cost, policy)?,
+                    });
+                    at.insert(key, limits.len() - 1);
+                    limits.len() - 1
+                }
+            };
+            slots.push(Slot::Limit(slot));
+        }
+        Ok((slots, limits))
+    }
+}
+
+/// The descriptor's own `hits_addend` when set and not 0, else the request's.
+fn descriptor_cost(d: &RateLimitDescriptor, default_cost: u64) -> u64 {
+    match d.hits_addend {
+        Some(h) if h.value > 0 => h.value,
+        _ => default_cost,
+    }
+}
+
+/// The cost of descriptor `i` under `policy`, within its `max_cost`.
+fn cost_of(i: usize, cost: u64, policy: &RateLimitPolicy) -> Result<Cost, Status> {
+    if cost > policy.max_cost().get() {
+        return Err(Status::invalid_argument(format!(
+            "descriptors[{i}]: hits_addend {cost} is above max_cost {} of policy {}",
+            policy.max_cost().get(),
+            policy.id()
+        )));
+    }
+    Cost::new(cost).map_err(|e| Status::invalid_argument(format!("descriptors[{i}]: {e}")))
+}
+
+/// The checks of a request's shape, before anything is matched or charged.
+fn check(request: &RateLimitRequest) -> Result<(), Status> {
+    let bad = |m: String| Err(Status::invalid_argument(m));
+    if request.domain.is_empty() {
+        return bad("domain must not be empty".into());
+    }
+    if request.domain.len() > MAX_ENTRY_BYTES {
+        return bad(format!("domain is longer than {MAX_ENTRY_BYTES} bytes"));
+    }
+    if request.descriptors.is_empty() {
+        return bad("descriptors must not be empty".into());
+    }
+    if request.descriptors.len() > MAX_DESCRIPTORS {
+        return bad(format!(
+            "{} descriptors; at most {MAX_DESCRIPTORS} are accepted",
+            request.descriptors.len()
+        ));
+    }
+    for (i, d) in request.descriptors.iter().enumerate() {
+        if d.entries.is_empty() {
+            return bad(format!("descriptors[{i}] has no entries"));
+        }
+        if d.entries.len() > MAX_ENTRIES {
+            return bad(format!(
+                "descriptors[{i}] has {} entries; at most {MAX_ENTRIES} are accepted",
+                d.entries.len()
+            ));
+        }
+        for (j, e) in d.entries.iter().enumerate() {
+            let what = if e.key.is_empty() {
+                "an empty key".to_owned()
+            } else if e.value.is_empty() {
+                "an empty value".to_owned()
+            } else if e.key.len() > MAX_ENTRY_BYTES || e.value.len() > MAX_ENTRY_BYTES {
+                format!("a key or value longer than {MAX_ENTRY_BYTES} bytes")
+            } else {
+                continue;
+            };
+            return bad(format!("descriptors[{i}].entries[{j}] has {what}"));
+        }
+    }
+    Ok(())
+}
+
+fn response(
+    code: Code,
+    statuses: Vec<DescriptorStatus>,
+    headers: Vec<HeaderValue>,
+) -> RateLimitResponse {
+    RateLimitResponse {
+        overall_code: code as i32,
+        statuses,
+        response_headers_to_add: headers,
+        ..Default::default()
+    }
+}
+
+/// A status without a limit: `OVER_LIMIT` when `over`, else `otherwise`.
+fn status_only(over: bool, otherwise: Code) -> DescriptorStatus {
+    DescriptorStatus {
+        code: if over { Code::OverLimit } else { otherwise } as i32,
+        ..Default::default()
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(SystemTime::UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The response to an evaluated request.
+fn decided(slots: &[Slot], policies: &[RateLimitPolicy], d: &MultiDecision) -> RateLimitResponse {
+    let now = now_ms();
+    let statuses = slots
+        .iter()
+        .map(|s| match s {
+            Slot::Unknown => status_only(false, Code::Ok),
+            Slot::Limit(i) => match (d.decisions.get(*i), policies.get(*i)) {
+                (Some(decision), Some(policy)) => descriptor_status(policy, decision, now),
+                _ => status_only(false, Code::Unknown),
+            },
+        })
+        .collect();
+    let code = if d.allowed { Code::Ok } else { Code::OverLimit };
+    response(code, statuses, rate_limit_headers(policies, d, now))
+}
+
+fn descriptor_status(
+    policy: &RateLimitPolicy,
+    d: &RateLimitDecision,
+    now_ms: u64,
+) -> DescriptorStatus {
+    let until_reset_ms = d.reset_at_ms.saturating_sub(now_ms);
+    DescriptorStatus {
+        code: if d.allowed { Code::Ok } else { Code::OverLimit } as i32,
+        current_limit: Some(current_limit(policy)),
+        limit_remaining: u32::try_from(d.remaining).unwrap_or(u32::MAX),
+        duration_until_reset: Some(envoy_types::pb::google::protobuf::Duration {
+            seconds: i64::try_from(until_reset_ms / 1000).unwrap_or(i64::MAX),
+            // Below 1e9: fits.
+            nanos: i32::try_from((until_reset_ms % 1000) * 1_000_000).unwrap_or(0),
+        }),
+        ..Default::default()
+    }
+}
+
+/// The policy as Envoy's `requests_per_unit` per `unit`: its quota and window
+/// ([`shared_contract::Algorithm::quota_window`]) in the largest unit that is not longer than
+/// the window, the quota scaled to it and rounded down (at least 1). Exact when the window is
+/// one second, minute, hour, day or week.
+pub fn current_limit(policy: &RateLimitPolicy) -> RateLimit {
+    const UNITS: [(Unit, u64); 5] = [
+        (Unit::Week, 604_800),
+        (Unit::Day, 86_400),
+        (Unit::Hour, 3_600),
+        (Unit::Minute, 60),
+        (Unit::Second, 1),
+    ];
+    let (q, w) = policy.algorithm().quota_window();
+    let w = w.max(1);
+    let (unit, secs) = UNITS
+        .into_iter()
+        .find(|(_, secs)| *secs <= w)
+        .unwrap_or((Unit::Second, 1));
+    let per_unit = (u128::from(q) * u128::from(secs) / u128::from(w)).max(1);
+    RateLimit {
+        name: policy.id().as_str().to_owned(),
+        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
+        unit: unit as i32,
+    }
+}
+
+/// `RateLimit-Policy`, `RateLimit` (one member per limit) and, when denied, `Retry-After`: the
+/// longest wait among the denying limits.
+fn rate_limit_headers(
+    policies: &[RateLimitPolicy],
+    d: &MultiDecision,
+    now_ms: u64,
+) -> Vec<HeaderValue> {
+    let mut policy_field = String::new();
+    let mut limit_field = Vec::new();
+    for (policy, decision) in policies.iter().zip(&d.decisions) {
+        headers::push_policy(&mut policy_field, policy);
+        let t = headers::effective_window(policy, decision, now_ms);
+        headers::push_limit(&mut limit_field, policy, decision.remaining, t);
+    }
+    let header = |key: &str, value: String| HeaderValue {
+        key: key.to_owned(),
+        value,
+        raw_value: Vec::new(),
+    };
+    let mut out = vec![
+        header("RateLimit-Policy", policy_field),
+        header(
+            "RateLimit",
+            String::from_utf8_lossy(&limit_field).into_owned(),
+        ),
+    ];
+    if !d.allowed
+        && let Some(secs) = d.violated().map(headers::retry_after_secs).max()
+    {
+        out.push(header("Retry-After", secs.to_string()));
+    }
+    out
+}
+
+/// The response, or the gRPC error, when the provider could not decide.
+fn failed(
+    slots: &[Slot],
+    policies: &[RateLimitPolicy],
+    failure: &MultiOutcome,
+) -> Result<RateLimitResponse, Status> {
+    // An unknown answer is never an allow for a policy that does not say so.
+    if policies
+        .iter()
+        .all(|p| p.failure_policy() == FailurePolicy::FailOpen)
+    {
+        let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
+        return Ok(response(Code::Ok, statuses, Vec::new()));
+    }
+    Err(match failure {
+        MultiOutcome::Indeterminate { policy_id, .. } => Status::unknown(format!(
+            "the rate-limit provider's result is unknown (policy {policy_id}); the request may or may not have been charged"
+        )),
+        MultiOutcome::Unavailable {
+            policy_id,
+            category,
+            ..
+        } => Status::unavailable(format!(
+            "the rate-limit provider is unavailable ({}, policy {policy_id}); nothing was charged",
+            category.as_str()
+        )),
+        MultiOutcome::Incompatible {
+            policy_id,
+            category,
+            ..
+        } => Status::unavailable(format!(
+            "the rate-limit provider cannot decide ({} incompatible, policy {policy_id}); nothing was charged",
+            category.as_str()
+        )),
+        MultiOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use shared_contract::{AlgorithmSpec, PolicyRevision, PolicySpec};
+
+    use super::*;
+
+    fn window(limit: u64, secs: u64) -> RateLimitPolicy {
+        RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new("p").expect("valid id"),
+            revision: PolicyRevision::new(1).expect("valid revision"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit,
+                window: Duration::from_secs(secs),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy")
+    }
+
+    #[test]
+    fn current_limit_is_exact_on_units_and_scaled_down_between_them() {
+        let of = |limit, secs| {
+            let l = current_limit(&window(limit, secs));
+            (l.requests_per_unit, Unit::try_from(l.unit).expect("a unit"))
+        };
+        assert_eq!(of(100, 1), (100, Unit::Second));
+        assert_eq!(of(100, 60), (100, Unit::Minute));
+        assert_eq!(of(5, 3_600), (5, Unit::Hour));
+        assert_eq!(of(7, 86_400), (7, Unit::Day));
+        assert_eq!(of(7, 604_800), (7, Unit::Week));
+        // 120 per 2 minutes: 60 per minute; 5 per 10 s: 0.5 per second, shown as 1.
+        assert_eq!(of(120, 120), (60, Unit::Minute));
+        assert_eq!(of(5, 10), (1, Unit::Second));
+        // Beyond a week: per week, scaled.
+        assert_eq!(of(1_400, 1_209_600), (700, Unit::Week));
+    }
+}
