@@ -22,7 +22,8 @@
 //! many limits): a request matching more is answered 500 problem+json and charged nothing.
 //! The reference app's configuration refuses rule sets where a request could match more
 //! ([`crate::rule::most_overlapping`]), so there this answer never happens. Two matching rules
-//! that name the same policy for the same subject are one limit of their summed cost.
+//! that name the same policy for the same subject are one limit of their summed cost (400
+//! `invalid_cost` when the sum is above the policy's `max_cost`).
 //!
 //! A request without a subject part (no such header, no peer address, no such path segment)
 //! is limited under that part empty: all such requests share one quota, so leaving a header
