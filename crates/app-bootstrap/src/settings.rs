@@ -15,10 +15,10 @@ use shared_contract::gate::GateSet;
 use shared_contract::{FailurePolicy, PolicyError, PolicyErrors, PolicyId, PolicySet};
 
 use edge_middleware::Rule;
-/// Where a route's subject is read: the middleware's type, which reads it.
-pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 /// The gRPC server's descriptor rules and unknown-descriptor answer: the edge's types.
 pub use edge_middleware::descriptors::{DescriptorRules, UnknownDescriptor};
+/// Where a route's subject is read: the middleware's type, which reads it.
+pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 
 /// Everything the reference app is configured with.
 #[derive(Debug, Clone)]

@@ -83,7 +83,8 @@ fn init_log(format: app_bootstrap::LogFormat) {
     }
 }
 
-async fn run(settings: app_bootstrap::Settings) -> ExitCode {
+/// The Prometheus recorder and its upkeep task; `None` (logged) when it cannot be installed.
+fn install_metrics() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     let prometheus = PrometheusBuilder::new()
         .set_buckets_for_metric(
             Matcher::Full(names::LATENCY.to_owned()),
@@ -93,7 +94,7 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             ],
         )
         .and_then(PrometheusBuilder::install_recorder);
-    let prometheus = match prometheus {
+    match prometheus {
         Ok(h) => {
             let upkeep = h.clone();
             tokio::spawn(async move {
@@ -109,7 +110,11 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             tracing::warn!(error = %e, "metrics recorder not installed; /metrics will be empty");
             None
         }
-    };
+    }
+}
+
+async fn run(settings: app_bootstrap::Settings) -> ExitCode {
+    let prometheus = install_metrics();
 
     let mut rls = None;
     let limiter = match app_bootstrap::build(&settings.rate_limit).await {
