@@ -210,7 +210,10 @@ async fn raw(app: &App, request: &[u8]) -> Raw {
         let mut s = tokio::net::TcpStream::connect(&app.addr)
             .await
             .expect("connect");
-        s.write_all(request).await.expect("write the request");
+        // A server that answers before the whole request arrived (413 on a body over the
+        // limit) may close its side while this is still writing: the answer is then already
+        // on its way, so a failed write is not the test's failure; reading decides.
+        let _ = s.write_all(request).await;
         let mut got = Vec::new();
         let mut buf = vec![0; 64 * 1024];
         loop {
