@@ -272,7 +272,7 @@ mod tests {
         let (_, tail) = rest.split_once(END).expect("generated end marker");
         let want = format!("{head}{BEGIN}{members}{END}{tail}");
         if std::env::var_os("RL_WRITE_MULTI_LUA").is_some() {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua/rate-multi-v1.lua");
+            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/rate-multi-v1.lua");
             std::fs::write(path, &want).expect("writable lua/");
             return;
         }

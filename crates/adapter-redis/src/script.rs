@@ -4,7 +4,8 @@
 //!
 //! ## Where the sources come from
 //!
-//! The programs live in `lua/` at the workspace root, one reviewed, versioned file each: the
+//! The programs live in `crates/adapter-redis/lua/` (`lua/` at the workspace root links to it, so
+//! the crate packages them), one reviewed, versioned file each: the
 //! acceptance tests load the very same files into a real server, and the docs point at them.
 //! `embedded!` is the one place in this crate that knows that path; every program is
 //! embedded through it with `include_str!` (so a changed file rebuilds the crate), never by a
@@ -26,7 +27,7 @@ macro_rules! embedded {
     ($file:literal, $commands:expr) => {
         $crate::script::Script::new(
             $file,
-            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../lua/", $file)),
+            include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/lua/", $file)),
             $commands,
         )
     };

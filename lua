@@ -1,0 +1,1 @@
+crates/adapter-redis/lua
