@@ -1,0 +1,79 @@
+//! An axum service limited in process: the middleware over the in-memory provider, built in
+//! code (no configuration file; neither Redis nor TLS is compiled). Two limits apply to
+//! `/api`: 5 per 10 s per API key, and 20 per 10 s per tenant; a request is admitted only
+//! when both admit, and a denied one charges neither.
+//!
+//! ```sh
+//! cargo run -p edge-middleware --example axum_local
+//! curl -i -H 'x-api-key: k1' -H 'x-tenant: acme' http://127.0.0.1:3000/api/hello
+//! ```
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use adapter_local::{LocalProvider, LocalSettings};
+use axum::extract::ConnectInfo;
+use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource};
+use shared_contract::{
+    AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitPolicy,
+    SystemClock,
+};
+
+type Error = Box<dyn std::error::Error>;
+
+fn policy(id: &str, limit: u64) -> Result<RateLimitPolicy, Error> {
+    Ok(RateLimitPolicy::new(PolicySpec {
+        id: PolicyId::new(id)?,
+        revision: PolicyRevision::new(1)?,
+        algorithm: AlgorithmSpec::FixedWindow {
+            limit,
+            window: Duration::from_secs(10),
+        },
+        max_cost: 1,
+        cleanup_grace: Duration::from_secs(1),
+        max_clock_regression: Duration::from_secs(2),
+        failure_policy: FailurePolicy::FailClosed,
+    })?)
+}
+
+#[tokio::main]
+async fn main() -> Result<(), Error> {
+    let (user, tenant) = (policy("user", 5)?, policy("tenant", 20)?);
+    let rules = vec![
+        Rule::new(
+            "/api",
+            user.id().clone(),
+            SubjectSource::Header("x-api-key".into()),
+        ),
+        Rule::new(
+            "/api",
+            tenant.id().clone(),
+            SubjectSource::Header("x-tenant".into()),
+        ),
+    ];
+    let policies = PolicySet::new([user.clone(), tenant], user.id().clone())?;
+    let port = LocalProvider::new(policies, Arc::new(SystemClock), LocalSettings::default());
+    // With one process a random secret is fine; instances sharing a Redis need the same one.
+    let hasher = SubjectHasher::new(&SubjectSecret::random());
+    let limiter = Limiter::new(
+        Arc::new(port),
+        hasher,
+        FailurePolicy::FailClosed,
+        Duration::from_millis(100),
+    );
+    let layer = RateLimitLayer::new(Arc::new(limiter), rules)
+        .with_peer_ip(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()));
+    let app = axum::Router::new()
+        .route("/api/hello", axum::routing::get(|| async { "hello\n" }))
+        .route("/healthz", axum::routing::get(|| async { "ok\n" }))
+        .layer(layer);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:3000").await?;
+    println!("listening on http://{}", listener.local_addr()?);
+    axum::serve(
+        listener,
+        app.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .await?;
+    Ok(())
+}
