@@ -139,7 +139,12 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
                 breaker = Some(b.clone());
                 port = b;
             }
-            if e.failure_policy == FailurePolicy::FallbackLocal {
+            // The global failure policy, or any policy's own, may ask for the fallback; the
+            // decorator falls back only for the policies that do.
+            if e.policies
+                .iter()
+                .any(|p| p.failure_policy() == FailurePolicy::FallbackLocal)
+            {
                 let local = LocalProvider::fallback(e.policies.clone(), clock, e.local);
                 port = Arc::new(LocalFallback::new(port, local));
             }

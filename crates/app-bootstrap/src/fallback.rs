@@ -11,8 +11,8 @@ use std::time::Duration;
 
 use adapter_local::LocalProvider;
 use shared_contract::{
-    Deadline, EdgeRateLimitPort, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
-    RateLimitRequest, Readiness, RequestError,
+    Deadline, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId, PolicySet,
+    RateLimitOutcome, RateLimitRequest, Readiness, RequestError,
 };
 
 /// See the module docs.
@@ -39,12 +39,24 @@ fn reason(outcome: &RateLimitOutcome) -> &'static str {
     }
 }
 
+impl LocalFallback {
+    /// Whether `policy` (its own failure policy, or the global one it inherited) asks for the
+    /// local fallback.
+    fn falls_back(&self, policy: &PolicyId) -> bool {
+        self.inner
+            .policies()
+            .get(policy)
+            .is_some_and(|p| p.failure_policy() == FailurePolicy::FallbackLocal)
+    }
+}
+
 #[async_trait::async_trait]
 impl EdgeRateLimitPort for LocalFallback {
     async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         // The request is kept for the fallback; cloning it is a few words plus the policy id.
         let outcome = self.inner.evaluate(request.clone()).await?;
-        if matches!(outcome, RateLimitOutcome::Evaluated(_)) {
+        if matches!(outcome, RateLimitOutcome::Evaluated(_)) || !self.falls_back(&request.policy_id)
+        {
             return Ok(outcome);
         }
         metrics::counter!("rate_limit_fallback_total", "reason" => reason(&outcome)).increment(1);
@@ -64,6 +76,11 @@ impl EdgeRateLimitPort for LocalFallback {
 
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
         let outcome = self.inner.evaluate_all(request.clone()).await?;
+        if !request.limits.iter().all(|l| self.falls_back(&l.policy_id)) {
+            // A policy of this evaluation does not ask for the fallback: its own failure
+            // policy applies to the whole evaluation, at the edge.
+            return Ok(outcome);
+        }
         let reason = match &outcome {
             MultiOutcome::Evaluated(_) => return Ok(outcome),
             MultiOutcome::Unavailable { category, .. } => category.as_str(),

@@ -411,7 +411,12 @@ where
             Ok(other) => {
                 let first = limiter.policy(members[0].index).id();
                 let single = other.into_single(first);
-                if !limiter.allows(&single) {
+                // Without a decision the request goes through only when every one of its
+                // policies fails open.
+                let open = members
+                    .iter()
+                    .all(|m| limiter.fails_open(limiter.policy(m.index).id()));
+                if !open {
                     return Ok(unavailable(&single));
                 }
                 None

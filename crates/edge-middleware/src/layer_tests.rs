@@ -64,8 +64,17 @@ fn service(
     failure_policy: FailurePolicy,
     outcome: fn(PolicyId) -> RateLimitOutcome,
 ) -> RateLimit<axum::routing::Router> {
+    service_with(failure_policy, failure_policy, outcome)
+}
+
+/// The policy's own failure policy and the limiter's global one may differ.
+fn service_with(
+    own: FailurePolicy,
+    failure_policy: FailurePolicy,
+    outcome: fn(PolicyId) -> RateLimitOutcome,
+) -> RateLimit<axum::routing::Router> {
     let id = PolicyId::new("api").expect("valid id");
-    let policy = fixed_window("api", 5, 1, failure_policy);
+    let policy = fixed_window("api", 5, 1, own);
     let port = Arc::new(Failing {
         policies: PolicySet::new([policy], id.clone()).expect("valid set"),
         outcome,
@@ -113,6 +122,28 @@ async fn fail_closed_answers_503_with_retry_after_rounded_up() {
     assert_eq!(r.headers()[header::RETRY_AFTER], "2");
     assert_eq!(r.headers()[header::CONTENT_TYPE], problem::CONTENT_TYPE);
     assert!(r.headers().get(headers::RATELIMIT).is_none());
+}
+
+#[tokio::test]
+async fn a_policys_own_failure_policy_overrides_the_global_one() {
+    let open = service_with(
+        FailurePolicy::FailOpen,
+        FailurePolicy::FailClosed,
+        unavailable,
+    )
+    .oneshot(get())
+    .await
+    .expect("infallible");
+    assert_eq!(open.status(), StatusCode::OK);
+    let closed = service_with(
+        FailurePolicy::FailClosed,
+        FailurePolicy::FailOpen,
+        unavailable,
+    )
+    .oneshot(get())
+    .await
+    .expect("infallible");
+    assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
 }
 
 #[tokio::test]

@@ -224,13 +224,23 @@ impl Limiter {
         self.failure_policy
     }
 
-    /// Whether the request goes through: an evaluated allow, or any non-evaluated outcome
-    /// under `fail_open`. (`fallback_local` answers are evaluated already.)
+    /// Whether the request goes through: an evaluated allow, or a non-evaluated outcome of a
+    /// policy that fails open. (`fallback_local` answers are evaluated already.)
     pub fn allows(&self, outcome: &RateLimitOutcome) -> bool {
         match outcome {
             RateLimitOutcome::Evaluated(d) => d.allowed,
-            _ => self.failure_policy() == FailurePolicy::FailOpen,
+            other => self.fails_open(other.policy_id()),
         }
+    }
+
+    /// Whether a request without a decision for `policy` goes through: the policy's own
+    /// `failure_policy` (which is the global one unless the policy sets its own) is
+    /// `fail_open`. An unknown id falls back to the limiter's global failure policy.
+    pub fn fails_open(&self, policy: &PolicyId) -> bool {
+        self.policies()
+            .get(policy)
+            .map_or(self.failure_policy, RateLimitPolicy::failure_policy)
+            == FailurePolicy::FailOpen
     }
 
     /// The breaker's [`names::BREAKER_STATE`] gauge value, when there is a breaker.

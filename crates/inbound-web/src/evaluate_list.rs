@@ -86,8 +86,34 @@ pub(crate) async fn evaluate(
     match limiter.evaluate_all(&members, evaluation_id).await {
         Ok(MultiOutcome::Evaluated(d)) => decided(&d),
         Ok(failure) => {
-            let first = limiter.policy(members[0].index).id();
-            respond(limiter, &failure.into_single(first))
+            // 200 under fail_open only when every policy fails open: the answer names the
+            // first one that does not (or the first one), whose failure policy decides.
+            let named = members
+                .iter()
+                .map(|m| limiter.policy(m.index).id())
+                .find(|id| !limiter.fails_open(id))
+                .unwrap_or(limiter.policy(members[0].index).id());
+            let failure = match failure {
+                MultiOutcome::Unavailable {
+                    retry_after_ms,
+                    category,
+                    ..
+                } => MultiOutcome::Unavailable {
+                    policy_id: named.clone(),
+                    retry_after_ms,
+                    category,
+                },
+                MultiOutcome::Indeterminate { retry_after_ms, .. } => MultiOutcome::Indeterminate {
+                    policy_id: named.clone(),
+                    retry_after_ms,
+                },
+                MultiOutcome::Incompatible { category, .. } => MultiOutcome::Incompatible {
+                    policy_id: named.clone(),
+                    category,
+                },
+                evaluated => evaluated,
+            };
+            respond(limiter, &failure.into_single(named))
         }
         Err(e) => request_error(&e),
     }

@@ -24,6 +24,7 @@ const COMMON_KEYS: &[&str] = &[
     "max_cost",
     "cleanup_grace",
     "max_clock_regression",
+    "failure_policy",
 ];
 const ALGORITHM_KEYS: &[&str] = &[
     "limit",
@@ -136,6 +137,14 @@ fn read_policy(
     let max_cost = c.whole(&at("max_cost"), d.get("max_cost"));
     let grace = c.duration(&at("cleanup_grace"), d.get("cleanup_grace"));
     let regression = c.duration(&at("max_clock_regression"), d.get("max_clock_regression"));
+    // The policy's own failure policy overrides `rate_limit.failure_policy`.
+    let own_failure_policy = c.choice(
+        &at("failure_policy"),
+        d.get("failure_policy"),
+        FailurePolicy::parse,
+        "a failure policy",
+        "\"fail_closed\", \"fail_open\" or \"fallback_local\"",
+    );
     let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
     // The contract's checks run whenever the parameters could be read, even next to other
     // problems of this policy, so that they are reported in the same pass.
@@ -151,7 +160,7 @@ fn read_policy(
         max_cost: max_cost.unwrap_or(DEFAULT_MAX_COST),
         cleanup_grace: grace.unwrap_or(DEFAULT_CLEANUP_GRACE),
         max_clock_regression: regression.unwrap_or(DEFAULT_MAX_CLOCK_REGRESSION),
-        failure_policy,
+        failure_policy: own_failure_policy.unwrap_or(failure_policy),
     };
     let policy = c.owned(path, RateLimitPolicy::new(spec));
     policy.filter(|_| c.count() == before)
@@ -276,10 +285,56 @@ pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
         o.raw("max_cost", p.max_cost().get());
         o.ms("cleanup_grace", p.cleanup_grace_ms());
         o.ms("max_clock_regression", p.max_clock_regression_ms());
+        o.str("failure_policy", p.failure_policy().as_str());
     }
 }
 
 fn window(o: &mut Toml, limit: u64, window_ms: u64) {
     o.raw("limit", limit);
     o.ms("window", window_ms);
+}
+
+#[cfg(test)]
+mod failure_policy_tests {
+    use shared_contract::{FailurePolicy, PolicyId};
+
+    use crate::config::from_toml;
+    use crate::settings::RateLimitSettings;
+
+    const FILE: &str = r#"
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "a"
+failure_policy = "fail_closed"
+[rate_limit.policies.a]
+algorithm = "fixed_window"
+limit = 5
+window = "1s"
+[rate_limit.policies.b]
+algorithm = "fixed_window"
+limit = 5
+window = "1s"
+failure_policy = "fail_open"
+"#;
+
+    #[test]
+    fn a_policy_may_set_its_own_failure_policy() {
+        let s = from_toml(FILE).expect("valid");
+        let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+            panic!("enabled");
+        };
+        let of = |id: &str| {
+            e.policies
+                .get(&PolicyId::new(id).expect("id"))
+                .expect("defined")
+                .failure_policy()
+        };
+        assert_eq!(of("a"), FailurePolicy::FailClosed, "inherited");
+        assert_eq!(of("b"), FailurePolicy::FailOpen, "its own");
+        assert!(s.render().contains("failure_policy = \"fail_open\""));
+        let bad = FILE.replace("\"fail_open\"\n", "\"fail_sometimes\"\n");
+        let e = from_toml(&bad).expect_err("bad value");
+        assert!(e.names("rate_limit.policies.b.failure_policy"), "{e}");
+    }
 }
