@@ -312,6 +312,9 @@ pub struct RouteSettings {
     /// Header conditions, all of which must hold.
     pub header: Vec<HeaderCondition>,
     pub cost: CostSource,
+    /// Shadow mode for this route alone: its limit is evaluated and charged, never denies
+    /// (a policy in shadow mode is in it under every route).
+    pub shadow: bool,
 }
 
 impl RouteSettings {
@@ -364,7 +367,8 @@ impl RouteSettings {
                     .filter_map(|m| edge_middleware::parse_method(m).ok()),
             )
             .with_headers(self.header.iter().cloned())
-            .with_cost(self.cost.clone());
+            .with_cost(self.cost.clone())
+            .with_shadow(self.shadow);
         if let Some(host) = &self.host {
             rule = rule.with_host(host.clone());
         }

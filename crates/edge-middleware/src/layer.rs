@@ -18,6 +18,14 @@
 //!   goes through; otherwise 503 problem+json, with `Retry-After` when the provider gave a
 //!   retry hint.
 //!
+//! A rule or policy in **shadow mode** ([`Rule::with_shadow`],
+//! [`shared_contract::RateLimitPolicy::shadow`]) never denies: the request's enforced limits
+//! are evaluated first, as above; when they let it through, every shadow limit is evaluated
+//! on its own (all at once) and charged as usual, and its member is added to the headers
+//! after the enforced ones. A refused request charges no shadow limit, a shadow limit that
+//! would deny never keeps the enforced ones from being charged, and a provider failure of a
+//! shadow limit lets the request through.
+//!
 //! At most [`MAX_LIMITS`] rules may match one request (one evaluation takes at most that
 //! many limits): a request matching more is answered 500 problem+json and charged nothing.
 //! The reference app's configuration refuses rule sets where a request could match more
@@ -81,6 +89,8 @@ struct Resolved {
     /// The `RateLimit-Policy` value of the policy alone, built once: it depends only on the
     /// policy, and one matching rule is the common case.
     policy_value: HeaderValue,
+    /// The rule or its policy is in shadow mode: evaluated apart, never denies.
+    shadow: bool,
 }
 
 #[derive(Debug, Clone)]
@@ -114,6 +124,7 @@ impl RateLimitLayer {
                     Resolved {
                         index,
                         policy_value: headers::value(v),
+                        shadow: r.shadow() || limiter.is_shadow(index),
                     }
                 })
             })
@@ -259,10 +270,21 @@ fn gather<'s, B, R: From<String>>(
         let max_cost = limiter.policy(resolved.index).max_cost().get();
         let cost = rule_cost(rule, req, max_cost, limiter, resolved.index)?;
         let subject = subject(rule, req, shared.peer, limiter)?;
+        // A shadow rule and an enforcing one over the same key stay two limits: the shadow
+        // one is evaluated apart.
         let same = g.members[..g.len]
             .iter_mut()
-            .flatten()
-            .find(|m| m.index == resolved.index && m.subject == subject);
+            .zip(&g.resolved[..g.len])
+            .find_map(|(m, r)| match (m, r) {
+                (Some(m), Some(r))
+                    if m.index == resolved.index
+                        && m.subject == subject
+                        && r.shadow == resolved.shadow =>
+                {
+                    Some(m)
+                }
+                _ => None,
+            });
         if let Some(m) = same {
             // One key charged by two rules: one limit of the summed cost, as two charges of
             // it one after the other would have been.
@@ -394,7 +416,7 @@ where
         Err(refused) => return Ok(refused),
     };
     let verdict = match gathered {
-        Limits::One(m, resolved) => {
+        Limits::One(m, resolved) if !resolved.shadow => {
             match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
                 Ok(RateLimitOutcome::Evaluated(d)) => Some(verdict(
                     &shared,
@@ -404,6 +426,16 @@ where
                 Ok(other) if limiter.allows(&other) => None,
                 Ok(other) => return Ok(unavailable(&other)),
                 Err(e) => return Ok(problem::internal(&e.to_string())),
+            }
+        }
+        Limits::One(m, resolved) => match with_shadow(&shared, vec![m], vec![resolved]).await {
+            Ok(v) => v,
+            Err(refused) => return Ok(refused),
+        },
+        Limits::Many(members, resolved) if resolved.iter().any(|r| r.shadow) => {
+            match with_shadow(&shared, members, resolved).await {
+                Ok(v) => v,
+                Err(refused) => return Ok(refused),
             }
         }
         Limits::Many(members, resolved) => match limiter.evaluate_all(&members, None).await {
@@ -439,6 +471,69 @@ where
     h.insert(headers::RATELIMIT_POLICY_NAME, verdict.policy_value);
     h.insert(headers::RATELIMIT_NAME, verdict.limit_value);
     Ok(response)
+}
+
+/// The verdict of a request with limits in shadow mode: the enforced limits first, as one
+/// all-or-nothing evaluation (one limit: a single one); when they let the request through,
+/// every shadow limit on its own, all at once. A shadow limit never refuses the request, not
+/// even when its provider cannot decide; its decision, when there is one, is in the headers.
+/// `Ok(None)`: no decision at all, the request goes through without headers; `Err`: the
+/// answer to send instead of calling the inner service (a 503).
+async fn with_shadow<'s, R: From<String>>(
+    shared: &'s Shared,
+    members: Vec<Member>,
+    resolved: Vec<&'s Resolved>,
+) -> Result<Option<Verdict<R>>, Response<R>> {
+    let limiter = &shared.limiter;
+    let (enforced, shadow): (Vec<_>, Vec<_>) = members
+        .into_iter()
+        .zip(resolved)
+        .partition(|(_, r)| !r.shadow);
+    let mut decided: Vec<(&Resolved, RateLimitDecision)> = Vec::with_capacity(enforced.len());
+    match enforced.as_slice() {
+        [] => {}
+        [(m, r)] => match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
+            Ok(RateLimitOutcome::Evaluated(d)) => decided.push((r, d)),
+            Ok(other) if limiter.allows(&other) => {}
+            Ok(other) => return Err(unavailable(&other)),
+            Err(e) => return Err(problem::internal(&e.to_string())),
+        },
+        many => {
+            let members: Vec<Member> = many.iter().map(|(m, _)| *m).collect();
+            match limiter.evaluate_all(&members, None).await {
+                Ok(MultiOutcome::Evaluated(d)) => {
+                    decided.extend(many.iter().map(|(_, r)| *r).zip(d.decisions));
+                }
+                Ok(other) => {
+                    if !members
+                        .iter()
+                        .all(|m| limiter.fails_open(limiter.policy(m.index).id()))
+                    {
+                        return Err(unavailable(
+                            &other.into_single(limiter.policy(members[0].index).id()),
+                        ));
+                    }
+                }
+                Err(e) => return Err(problem::internal(&e.to_string())),
+            }
+        }
+    }
+    let denied = decided.iter().any(|(_, d)| !d.allowed);
+    if !denied {
+        let members: Vec<Member> = shadow.iter().map(|(m, _)| *m).collect();
+        let outcomes = limiter.evaluate_shadows(&members).await;
+        for ((_, r), outcome) in shadow.iter().zip(outcomes) {
+            if let Ok(RateLimitOutcome::Evaluated(d)) = outcome {
+                decided.push((r, d));
+            }
+        }
+    }
+    if decided.is_empty() {
+        return Ok(None);
+    }
+    let (resolved, decisions): (Vec<&Resolved>, Vec<RateLimitDecision>) =
+        decided.into_iter().unzip();
+    Ok(Some(verdict(shared, &resolved, &decisions)))
 }
 
 /// The 503 of an outcome that is not a decision, with `Retry-After` when there is a hint.
@@ -489,7 +584,7 @@ fn verdict<R: From<String>>(
         {
             retry_after_secs = retry_after_secs.max(t);
         }
-        if !d.allowed {
+        if !d.allowed && !r.shadow {
             violated.push(policy.id().as_str());
             retry_after_secs = retry_after_secs.max(headers::retry_after_secs(d));
         }

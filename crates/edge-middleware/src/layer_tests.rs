@@ -651,3 +651,143 @@ async fn two_routes_charging_one_key_are_one_limit_of_their_summed_cost() {
             .starts_with("\"a\";r=7;")
     );
 }
+
+/// The `RateLimit` field of a response.
+fn limit_field(r: &Response<Body>) -> String {
+    r.headers()[headers::RATELIMIT]
+        .to_str()
+        .expect("ascii")
+        .to_owned()
+}
+
+#[tokio::test]
+async fn a_shadow_route_is_charged_and_never_denies() {
+    let id = PolicyId::new("a").expect("valid id");
+    let svc = local_layer(
+        vec![fixed_window("a", 1, 60, FailurePolicy::FailClosed)],
+        vec![Rule::new("/api", id, SubjectSource::Header("x-key".into())).with_shadow(true)],
+    )
+    .layer(upstream());
+    for i in 0..3 {
+        let r = svc
+            .clone()
+            .oneshot(request("/api/x", &[("x-key", "k")]))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::OK, "request {i}");
+        assert!(
+            limit_field(&r).starts_with("\"a\";r=0;"),
+            "{}",
+            limit_field(&r)
+        );
+        assert!(r.headers().get(header::RETRY_AFTER).is_none());
+    }
+}
+
+#[tokio::test]
+async fn a_shadow_policy_lets_requests_through_when_its_provider_cannot_decide() {
+    let id = PolicyId::new("api").expect("valid id");
+    let policy = fixed_window("api", 5, 1, FailurePolicy::FailClosed).with_shadow(true);
+    let port = Arc::new(Failing {
+        policies: PolicySet::new([policy], id.clone()).expect("valid set"),
+        outcome: unavailable,
+    });
+    let limiter = Arc::new(Limiter::new(
+        port,
+        SubjectHasher::new(&SubjectSecret::random()),
+        FailurePolicy::FailClosed,
+        Duration::from_secs(1),
+    ));
+    let r = RateLimitLayer::new(
+        limiter,
+        vec![Rule::new("/api", id, SubjectSource::Header("x-key".into()))],
+    )
+    .layer(upstream())
+    .oneshot(get())
+    .await
+    .expect("infallible");
+    assert_eq!(r.status(), StatusCode::OK);
+    assert!(r.headers().get(headers::RATELIMIT).is_none(), "no decision");
+}
+
+/// Enforced `a` (1 per minute, only with an `x-enforce` header) and shadow `b` (`limit`
+/// per minute), both on `/api` by `x-key`.
+fn enforced_and_shadow(b_limit: u64) -> RateLimit<axum::Router> {
+    let id = |n: &str| PolicyId::new(n).expect("valid id");
+    let key = || SubjectSource::Header("x-key".into());
+    local_layer(
+        vec![
+            fixed_window("a", 1, 60, FailurePolicy::FailClosed),
+            fixed_window("b", b_limit, 60, FailurePolicy::FailClosed).with_shadow(true),
+        ],
+        vec![
+            Rule::new("/api", id("a"), key())
+                .with_headers([HeaderCondition::Present("x-enforce".into())]),
+            Rule::new("/api", id("b"), key()),
+        ],
+    )
+    .layer(upstream())
+}
+
+#[tokio::test]
+async fn a_refused_request_charges_no_shadow_limit() {
+    let svc = enforced_and_shadow(5);
+    let both = [("x-key", "k"), ("x-enforce", "1")];
+    let first = svc
+        .clone()
+        .oneshot(request("/api/x", &both))
+        .await
+        .expect("infallible");
+    assert_eq!(first.status(), StatusCode::OK);
+    let field = limit_field(&first);
+    assert!(
+        field.starts_with("\"a\";r=0;") && field.contains(", \"b\";r=4;"),
+        "{field}"
+    );
+    let refused = svc
+        .clone()
+        .oneshot(request("/api/x", &both))
+        .await
+        .expect("infallible");
+    assert_eq!(refused.status(), StatusCode::TOO_MANY_REQUESTS);
+    let body: serde_json::Value = serde_json::from_str(&text(refused).await).expect("json");
+    assert_eq!(body["violated-policies"], serde_json::json!(["a"]));
+    // Only the shadow rule matches now: b was charged once, by the admitted request.
+    let shadow_only = svc
+        .clone()
+        .oneshot(request("/api/x", &[("x-key", "k")]))
+        .await
+        .expect("infallible");
+    assert_eq!(shadow_only.status(), StatusCode::OK);
+    assert!(limit_field(&shadow_only).starts_with("\"b\";r=3;"));
+}
+
+#[tokio::test]
+async fn a_shadow_denial_does_not_keep_the_enforced_limits_from_being_charged() {
+    let id = |n: &str| PolicyId::new(n).expect("valid id");
+    let key = || SubjectSource::Header("x-key".into());
+    let svc = local_layer(
+        vec![
+            fixed_window("a", 5, 60, FailurePolicy::FailClosed),
+            fixed_window("b", 1, 60, FailurePolicy::FailClosed),
+        ],
+        vec![
+            Rule::new("/api", id("a"), key()),
+            Rule::new("/api", id("b"), key()).with_shadow(true),
+        ],
+    )
+    .layer(upstream());
+    for (i, a_left) in [4, 3, 2].into_iter().enumerate() {
+        let r = svc
+            .clone()
+            .oneshot(request("/api/x", &[("x-key", "k")]))
+            .await
+            .expect("infallible");
+        assert_eq!(r.status(), StatusCode::OK, "request {i}: b never denies");
+        let field = limit_field(&r);
+        assert!(
+            field.starts_with(&format!("\"a\";r={a_left};")) && field.contains(", \"b\";r=0;"),
+            "request {i}: a charged every time: {field}"
+        );
+    }
+}

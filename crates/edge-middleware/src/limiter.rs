@@ -57,6 +57,9 @@ pub struct PolicyMetrics {
     pub unavailable: Counter,
     pub indeterminate: Counter,
     pub incompatible: Counter,
+    /// Denials of a limit in shadow mode: the request went through, the limit would have
+    /// refused it.
+    pub shadow_denied: Counter,
     pub latency: Histogram,
 }
 
@@ -69,6 +72,7 @@ impl PolicyMetrics {
             unavailable: c("unavailable"),
             indeterminate: c("indeterminate"),
             incompatible: c("incompatible"),
+            shadow_denied: c("shadow_denied"),
             latency: metrics::histogram!(names::LATENCY, "policy" => policy.as_str().to_owned()),
         }
     }
@@ -206,6 +210,14 @@ impl Limiter {
         &self.entries[index.0].policy
     }
 
+    /// Whether the policy at `index` is in shadow mode ([`RateLimitPolicy::shadow`]).
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub fn is_shadow(&self, index: PolicyIndex) -> bool {
+        self.entries[index.0].policy.shadow()
+    }
+
     /// The port this limiter asks.
     pub fn port(&self) -> &Arc<dyn EdgeRateLimitPort> {
         &self.port
@@ -224,12 +236,21 @@ impl Limiter {
         self.failure_policy
     }
 
-    /// Whether the request goes through: an evaluated allow, or a non-evaluated outcome of a
-    /// policy that fails open. (`fallback_local` answers are evaluated already.)
+    /// Whether the request goes through: an evaluated allow, a non-evaluated outcome of a
+    /// policy that fails open, or any outcome of a policy in shadow mode (which never
+    /// denies). (`fallback_local` answers are evaluated already.)
     pub fn allows(&self, outcome: &RateLimitOutcome) -> bool {
+        let policy = outcome.policy_id();
+        if self
+            .policies()
+            .get(policy)
+            .is_some_and(RateLimitPolicy::shadow)
+        {
+            return true;
+        }
         match outcome {
             RateLimitOutcome::Evaluated(d) => d.allowed,
-            other => self.fails_open(other.policy_id()),
+            _ => self.fails_open(policy),
         }
     }
 
@@ -305,12 +326,63 @@ impl Limiter {
         subject: SubjectDigest,
         cost: Cost,
     ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
+        self.evaluate_as(index, subject, cost, self.is_shadow(index))
+    }
+
+    /// [`Self::evaluate_digest`] of a limit in shadow mode, whatever its policy says (a rule
+    /// in shadow mode over an enforcing policy): evaluated and charged as usual; a denial is
+    /// counted as `shadow_denied`, not `denied`. What the caller does with the outcome is its
+    /// business: the edge lets the request through.
+    ///
+    /// # Errors
+    /// As [`Self::evaluate`].
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub fn evaluate_shadow<'a>(
+        &'a self,
+        index: PolicyIndex,
+        subject: SubjectDigest,
+        cost: Cost,
+    ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
+        self.evaluate_as(index, subject, cost, true)
+    }
+
+    /// Every member evaluated on its own in shadow mode ([`Self::evaluate_shadow`]), all at
+    /// once: one outcome per member, in order. A shadow limit is not part of the request's
+    /// all-or-nothing evaluation (it never denies, so it must not keep the enforced limits
+    /// from being charged); the edge evaluates the shadow limits after the enforced ones
+    /// admitted the request, so a refused request charges neither.
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub async fn evaluate_shadows(
+        &self,
+        members: &[Member],
+    ) -> Vec<Result<RateLimitOutcome, RequestError>> {
+        join_all(
+            members
+                .iter()
+                .map(|m| self.evaluate_as(m.index, m.subject, m.cost, true))
+                .collect(),
+        )
+        .await
+    }
+
+    fn evaluate_as<'a>(
+        &'a self,
+        index: PolicyIndex,
+        subject: SubjectDigest,
+        cost: Cost,
+        shadow: bool,
+    ) -> impl Future<Output = Result<RateLimitOutcome, RequestError>> + Send + use<'a> {
         let entry = &self.entries[index.0];
         let policy = entry.policy.id();
         let span = tracing::debug_span!(
             "rate_limit.evaluate",
             policy = %policy,
             cost = cost.get(),
+            shadow,
             outcome = tracing::field::Empty,
             allowed = tracing::field::Empty,
         );
@@ -329,7 +401,7 @@ impl Limiter {
             let result = traced(&span, self.port.evaluate(request?)).await;
             let elapsed = start.elapsed();
             if let Ok(outcome) = &result {
-                self.record(entry, outcome, elapsed.as_secs_f64());
+                self.record(entry, outcome, shadow, elapsed.as_secs_f64());
                 if !span.is_disabled() {
                     span.record("outcome", outcome.name());
                     span.record("allowed", self.allows(outcome));
@@ -346,6 +418,9 @@ impl Limiter {
 
     /// Evaluates `members` as one, all-or-nothing ([`EdgeRateLimitPort::evaluate_all`]), with
     /// `evaluation_id` when given (a retry answers the first decision, `replayed`).
+    ///
+    /// Every member is enforced here, whatever its policy's shadow mode: callers evaluate
+    /// the shadow members apart ([`Self::evaluate_shadows`]).
     ///
     /// Metrics count per policy what happened to the request: `allowed` when it was charged,
     /// `denied` for every member of a denied evaluation (nothing was charged, even for the
@@ -417,15 +492,16 @@ impl Limiter {
                 },
                 failure => failure.clone().into_single(entry.policy.id()),
             };
-            self.record(entry, &single, seconds);
+            self.record(entry, &single, false, seconds);
         }
     }
 
-    fn record(&self, entry: &Entry, outcome: &RateLimitOutcome, seconds: f64) {
+    fn record(&self, entry: &Entry, outcome: &RateLimitOutcome, shadow: bool, seconds: f64) {
         let m = &entry.metrics;
         m.latency.record(seconds);
         match outcome {
             RateLimitOutcome::Evaluated(d) if d.allowed => m.allowed.increment(1),
+            RateLimitOutcome::Evaluated(_) if shadow => m.shadow_denied.increment(1),
             RateLimitOutcome::Evaluated(_) => m.denied.increment(1),
             RateLimitOutcome::Unavailable { .. } => m.unavailable.increment(1),
             RateLimitOutcome::Indeterminate { .. } => m.indeterminate.increment(1),
@@ -451,6 +527,31 @@ async fn traced<F: Future>(span: &tracing::Span, evaluation: F) -> F::Output {
     } else {
         evaluation.instrument(span.clone()).await
     }
+}
+
+/// Every future of `futures` polled to completion together; their outputs in order. (The
+/// edge depends on no futures crate for this one use.)
+async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
+    let mut futures: Vec<std::pin::Pin<Box<F>>> = futures.into_iter().map(Box::pin).collect();
+    let mut outputs: Vec<Option<F::Output>> = futures.iter().map(|_| None).collect();
+    std::future::poll_fn(|cx| {
+        let mut pending = false;
+        for (future, output) in futures.iter_mut().zip(outputs.iter_mut()) {
+            if output.is_none() {
+                match future.as_mut().poll(cx) {
+                    std::task::Poll::Ready(v) => *output = Some(v),
+                    std::task::Poll::Pending => pending = true,
+                }
+            }
+        }
+        if pending {
+            std::task::Poll::Pending
+        } else {
+            std::task::Poll::Ready(())
+        }
+    })
+    .await;
+    outputs.into_iter().flatten().collect()
 }
 
 /// A shared limiter.

@@ -153,6 +153,7 @@ pub struct Rule {
     /// No condition but the path prefix (the common rule): matching reads the path only.
     path_only: bool,
     pub(crate) cost: RuleCost,
+    shadow: bool,
 }
 
 /// A header name the parsers accepted; one built by hand that is not a header name can only
@@ -189,6 +190,7 @@ impl Rule {
             headers: Vec::new(),
             path_only: true,
             cost: RuleCost::Fixed(Cost::ONE),
+            shadow: false,
         }
     }
 
@@ -251,8 +253,22 @@ impl Rule {
         self
     }
 
+    /// The same rule in shadow mode when `shadow`: its limit is evaluated and charged as
+    /// usual, reported in the headers and metrics, and never denies the request (a policy
+    /// in shadow mode is in it under every rule).
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
+    }
+
     pub fn policy(&self) -> &PolicyId {
         &self.policy
+    }
+
+    /// Whether this rule itself is in shadow mode ([`Self::with_shadow`]).
+    pub fn shadow(&self) -> bool {
+        self.shadow
     }
 
     /// Whether `req` meets every condition of this rule.

@@ -11,7 +11,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use edge_middleware::limiter::{PolicyMetrics, names};
-use shared_contract::{MultiOutcome, PolicyId, PolicySet, RateLimitPolicy};
+use shared_contract::{MultiOutcome, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy};
 
 /// Every policy's handles.
 #[derive(Debug)]
@@ -51,6 +51,38 @@ impl Metrics {
             };
             counter.increment(1);
         }
+        Self::record_error(outcome);
+    }
+
+    /// Records one evaluation of a limit in shadow mode: a denial counts `shadow_denied`.
+    pub(crate) fn record_shadow(
+        &self,
+        policy: &RateLimitPolicy,
+        outcome: &RateLimitOutcome,
+        elapsed: Duration,
+    ) {
+        let Some(m) = self.by_policy.get(policy.id()) else {
+            return;
+        };
+        m.latency.record(elapsed.as_secs_f64());
+        let counter = match outcome {
+            RateLimitOutcome::Evaluated(d) if d.allowed => &m.allowed,
+            RateLimitOutcome::Evaluated(_) => &m.shadow_denied,
+            RateLimitOutcome::Unavailable { .. } => &m.unavailable,
+            RateLimitOutcome::Indeterminate { .. } => &m.indeterminate,
+            RateLimitOutcome::Incompatible { .. } => &m.incompatible,
+        };
+        counter.increment(1);
+        let category = match outcome {
+            RateLimitOutcome::Evaluated(_) => return,
+            RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
+            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
+            RateLimitOutcome::Incompatible { category, .. } => category.as_str(),
+        };
+        metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+    }
+
+    fn record_error(outcome: &MultiOutcome) {
         let category = match outcome {
             MultiOutcome::Evaluated(_) => return,
             MultiOutcome::Unavailable { category, .. } => category.as_str(),

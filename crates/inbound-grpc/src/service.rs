@@ -145,6 +145,11 @@ impl RlsService {
         let deadline = Deadline::at(start, me.budget)
             .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
             .map_err(|e| Status::internal(format!("no deadline: {e}")))?;
+        if policies.iter().any(RateLimitPolicy::shadow) {
+            return self
+                .with_shadow(&slots, &policies, limits, deadline, start)
+                .await;
+        }
         let limits = Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?;
         let evaluation = MultiRequest {
             limits,
@@ -161,6 +166,81 @@ impl RlsService {
             MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
             failure => failed(&slots, &policies, &failure),
         }
+    }
+
+    /// A request some of whose limits are in shadow mode: the enforced ones as one
+    /// all-or-nothing evaluation; when they let the request through, every shadow one on its
+    /// own. A shadow descriptor's status is `OK` whatever its limit decided (its figures
+    /// are in the status and the headers); it was not evaluated when the enforced limits
+    /// refused, and a provider failure of it changes nothing.
+    async fn with_shadow(
+        &self,
+        slots: &[Slot],
+        policies: &[RateLimitPolicy],
+        limits: Vec<Limit>,
+        deadline: Deadline,
+        start: Instant,
+    ) -> Result<RateLimitResponse, Status> {
+        let me = &self.inner;
+        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
+            (0..limits.len()).partition(|&i| policies.get(i).is_some_and(RateLimitPolicy::shadow));
+        let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; limits.len()];
+        let mut allowed = true;
+        if !enforced.is_empty() {
+            let of = |i: &usize| (limits[*i].clone(), policies[*i].clone());
+            let (enforced_limits, enforced_policies): (Vec<Limit>, Vec<RateLimitPolicy>) =
+                enforced.iter().map(of).unzip();
+            let evaluation = MultiRequest {
+                limits: Limits::new(enforced_limits)
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
+                evaluation_id: None,
+                deadline,
+            };
+            let outcome = me
+                .port
+                .evaluate_all(evaluation)
+                .await
+                .map_err(|e| Status::invalid_argument(e.to_string()))?;
+            me.metrics
+                .record(&enforced_policies, &outcome, start.elapsed());
+            match outcome {
+                MultiOutcome::Evaluated(d) => {
+                    allowed = d.allowed;
+                    for (i, decision) in enforced.iter().zip(d.decisions) {
+                        decisions[*i] = Some(decision);
+                    }
+                }
+                failure => {
+                    // Fails unless every enforced policy fails open.
+                    failed(slots, &enforced_policies, &failure)?;
+                }
+            }
+        }
+        if allowed {
+            for &i in &shadow {
+                let l = &limits[i];
+                let request = shared_contract::RateLimitRequest {
+                    policy_id: l.policy_id.clone(),
+                    subject: l.subject,
+                    cost: l.cost,
+                    evaluation_id: None,
+                    deadline,
+                };
+                let outcome = me
+                    .port
+                    .evaluate(request)
+                    .await
+                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
+                me.metrics
+                    .record_shadow(&policies[i], &outcome, start.elapsed());
+                if let shared_contract::RateLimitOutcome::Evaluated(d) = outcome {
+                    decisions[i] = Some(d);
+                }
+            }
+        }
+        let decisions: Vec<Option<&RateLimitDecision>> =
+            decisions.iter().map(Option::as_ref).collect();
+        Ok(answered(slots, policies, &decisions, allowed))
     }
 
     /// Each descriptor's slot, and the limits of the matched ones (a descriptor that repeats an
@@ -305,19 +385,43 @@ fn now_ms() -> u64 {
 
 /// The response to an evaluated request.
 fn decided(slots: &[Slot], policies: &[RateLimitPolicy], d: &MultiDecision) -> RateLimitResponse {
+    let decisions: Vec<Option<&RateLimitDecision>> = d.decisions.iter().map(Some).collect();
+    answered(slots, policies, &decisions, d.allowed)
+}
+
+/// The response to a request whose limits (one per policy, in order) decided `decisions`
+/// (`None`: a shadow limit without a decision) and `allowed` it or not. A limit in shadow
+/// mode is `OK` whatever it decided.
+fn answered(
+    slots: &[Slot],
+    policies: &[RateLimitPolicy],
+    decisions: &[Option<&RateLimitDecision>],
+    allowed: bool,
+) -> RateLimitResponse {
     let now = now_ms();
     let statuses = slots
         .iter()
         .map(|s| match s {
             Slot::Unknown => status_only(false, Code::Ok),
-            Slot::Limit(i) => match (d.decisions.get(*i), policies.get(*i)) {
-                (Some(decision), Some(policy)) => descriptor_status(policy, decision, now),
+            Slot::Limit(i) => match (decisions.get(*i), policies.get(*i)) {
+                (Some(Some(decision)), Some(policy)) => {
+                    let mut status = descriptor_status(policy, decision, now);
+                    if policy.shadow() {
+                        status.code = Code::Ok as i32;
+                    }
+                    status
+                }
+                (Some(None), Some(_)) => status_only(false, Code::Ok),
                 _ => status_only(false, Code::Unknown),
             },
         })
         .collect();
-    let code = if d.allowed { Code::Ok } else { Code::OverLimit };
-    response(code, statuses, rate_limit_headers(policies, d, now))
+    let code = if allowed { Code::Ok } else { Code::OverLimit };
+    response(
+        code,
+        statuses,
+        rate_limit_headers(policies, decisions, allowed, now),
+    )
 }
 
 fn descriptor_status(
@@ -365,19 +469,25 @@ pub fn current_limit(policy: &RateLimitPolicy) -> RateLimit {
     }
 }
 
-/// `RateLimit-Policy`, `RateLimit` (one member per limit) and, when denied, `Retry-After`: the
-/// longest wait among the denying limits.
+/// `RateLimit-Policy`, `RateLimit` (one member per limit with a decision) and, when denied,
+/// `Retry-After`: the longest wait among the denying limits (shadow ones never deny).
 fn rate_limit_headers(
     policies: &[RateLimitPolicy],
-    d: &MultiDecision,
+    decisions: &[Option<&RateLimitDecision>],
+    allowed: bool,
     now_ms: u64,
 ) -> Vec<HeaderValue> {
     let mut policy_field = String::new();
     let mut limit_field = Vec::new();
-    for (policy, decision) in policies.iter().zip(&d.decisions) {
+    let mut retry_after = None;
+    for (policy, decision) in policies.iter().zip(decisions) {
+        let Some(decision) = decision else { continue };
         headers::push_policy(&mut policy_field, policy);
         let t = headers::effective_window(policy, decision, now_ms);
         headers::push_limit(&mut limit_field, policy, decision.remaining, t);
+        if !decision.allowed && !policy.shadow() {
+            retry_after = retry_after.max(Some(headers::retry_after_secs(decision)));
+        }
     }
     let header = |key: &str, value: String| HeaderValue {
         key: key.to_owned(),
@@ -391,9 +501,7 @@ fn rate_limit_headers(
             String::from_utf8_lossy(&limit_field).into_owned(),
         ),
     ];
-    if !d.allowed
-        && let Some(secs) = d.violated().map(headers::retry_after_secs).max()
-    {
+    if !allowed && let Some(secs) = retry_after {
         out.push(header("Retry-After", secs.to_string()));
     }
     out

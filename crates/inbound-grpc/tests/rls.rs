@@ -414,3 +414,44 @@ async fn the_health_service_reports_serving() {
         assert_eq!(r.status, ServingStatus::Serving as i32, "{service:?}");
     }
 }
+
+#[tokio::test]
+async fn a_shadow_policy_is_charged_and_never_over_limit() {
+    // ip (1 per minute) in shadow mode, tenant (5 per minute) enforced.
+    let set = PolicySet::new(
+        [
+            policy("ip", 1, 1, FailurePolicy::FailClosed).with_shadow(true),
+            policy("tenant", 5, 3, FailurePolicy::FailClosed),
+            policy("user", 100, 100, FailurePolicy::FailClosed),
+        ],
+        PolicyId::new("ip").expect("valid id"),
+    )
+    .expect("valid policy set");
+    let port = LocalProvider::new(set, Arc::new(SystemClock), LocalSettings::default());
+    let server = start(Arc::new(port), UnknownDescriptor::Allow).await;
+    let mut c = client(&server).await;
+    let both = || {
+        request(
+            vec![
+                descriptor(&[("remote_address", "a")]),
+                descriptor(&[("tenant", "t1")]),
+            ],
+            1,
+        )
+    };
+    for (i, tenant_left) in [4, 3, 2].into_iter().enumerate() {
+        let r = ask(&mut c, both()).await.expect("answered");
+        assert_eq!(
+            r.overall_code,
+            Code::Ok as i32,
+            "request {i}: shadow never denies"
+        );
+        assert_eq!(r.statuses[0].code, Code::Ok as i32);
+        assert_eq!(r.statuses[0].limit_remaining, 0, "ip charged");
+        assert_eq!(
+            r.statuses[1].limit_remaining, tenant_left,
+            "request {i}: the shadow denial does not keep tenant from being charged"
+        );
+        assert!(header(&r, "retry-after").is_none());
+    }
+}

@@ -300,25 +300,83 @@ pub(crate) fn request_error(e: &RequestError) -> Response {
 fn respond_replayed(limiter: &Limiter, d: &RateLimitDecision, replayed: bool) -> Response {
     let mut r = respond(limiter, &RateLimitOutcome::Evaluated(d.clone()));
     if replayed {
-        *r.body_mut() = Body::from(with_replayed(decision_json(d)));
+        *r.body_mut() = Body::from(with_replayed(decision_body(limiter, d)));
     }
     r
 }
 
+/// A decision's JSON as the single form answers it: [`shadow_json`] for a policy in shadow
+/// mode, [`decision_json`] otherwise.
+pub(crate) fn decision_body(limiter: &Limiter, d: &RateLimitDecision) -> Bytes {
+    if limiter
+        .policies()
+        .get(&d.policy_id)
+        .is_some_and(|p| p.shadow())
+    {
+        shadow_json(d)
+    } else {
+        decision_json(d)
+    }
+}
+
 /// `body` (a JSON object) with `"replayed":true` as its last member.
 pub(crate) fn with_replayed(body: Bytes) -> Bytes {
+    with_members(body, br#","replayed":true"#)
+}
+
+/// `body` (a JSON object) with `members` (`,"name":value...`) appended as its last members.
+pub(crate) fn with_members(body: Bytes, members: &[u8]) -> Bytes {
     let mut v = body.to_vec();
     if v.last() == Some(&b'}') {
         v.pop();
-        v.extend_from_slice(br#","replayed":true}"#);
+        v.extend_from_slice(members);
+        v.push(b'}');
     }
     Bytes::from(v)
 }
 
+/// A decision of a limit in shadow mode as `/v1/evaluate` answers it: `allowed` (the request
+/// may go through, whatever the limit decided), `"shadow":true`, and `would_deny`, what the
+/// limit decided.
+pub(crate) fn shadow_json(d: &RateLimitDecision) -> Bytes {
+    let admitted = RateLimitDecision {
+        allowed: true,
+        ..d.clone()
+    };
+    let extra: &[u8] = if d.allowed {
+        br#","shadow":true,"would_deny":false"#
+    } else {
+        br#","shadow":true,"would_deny":true"#
+    };
+    with_members(decision_json(&admitted), extra)
+}
+
 /// The outcome as `/v1/evaluate`'s JSON (the decision, or `outcome`, `policy` and what is
 /// known about the failure), with its status and `Retry-After`.
+///
+/// A policy in shadow mode never denies: its decision is 200 ([`shadow_json`]), and so is an
+/// outcome that is not a decision (`"allowed":true,"shadow":true`).
 pub fn respond(limiter: &Limiter, outcome: &RateLimitOutcome) -> Response {
+    let (status, retry_ms, body) = outcome_body(limiter, outcome);
+    let mut r = json(status, body);
+    if status != StatusCode::OK && retry_ms > 0 {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(retry_ms)));
+    }
+    r
+}
+
+/// [`respond`]'s status, `Retry-After` hint (ms) and body.
+pub(crate) fn outcome_body(
+    limiter: &Limiter,
+    outcome: &RateLimitOutcome,
+) -> (StatusCode, u64, Bytes) {
+    let shadow = limiter
+        .policies()
+        .get(outcome.policy_id())
+        .is_some_and(|p| p.shadow());
     let (status, retry_ms, body) = match outcome {
+        RateLimitOutcome::Evaluated(d) if shadow => (StatusCode::OK, 0, shadow_json(d)),
         RateLimitOutcome::Evaluated(d) if d.allowed => (StatusCode::OK, 0, decision_json(d)),
         RateLimitOutcome::Evaluated(d) => (
             StatusCode::TOO_MANY_REQUESTS,
@@ -362,12 +420,12 @@ pub fn respond(limiter: &Limiter, outcome: &RateLimitOutcome) -> Response {
             0,
         ),
     };
-    let mut r = json(status, body);
-    if status != StatusCode::OK && retry_ms > 0 {
-        r.headers_mut()
-            .insert(header::RETRY_AFTER, HeaderValue::from(ceil_secs(retry_ms)));
-    }
-    r
+    let body = match outcome {
+        RateLimitOutcome::Evaluated(_) => body,
+        _ if shadow => with_members(body, br#","shadow":true"#),
+        _ => body,
+    };
+    (status, retry_ms, body)
 }
 
 /// The end of an outcome that is not a decision: the failure policy sets `allowed` and the

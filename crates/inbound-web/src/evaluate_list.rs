@@ -15,14 +15,17 @@
 
 use std::fmt::Write as _;
 
+use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::headers::ceil_secs;
 use edge_middleware::{Limiter, Member, problem};
 use serde::Deserialize;
-use shared_contract::{EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome};
+use shared_contract::{EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitOutcome};
 
-use crate::api::{ApiState, Text, decision_json, json, request_error, respond};
+use crate::api::{
+    ApiState, Text, decision_json, json, outcome_body, request_error, respond, shadow_json,
+};
 
 /// One entry of `requests`: the single form's fields.
 #[derive(Deserialize)]
@@ -83,45 +86,125 @@ pub(crate) async fn evaluate(
             cost,
         });
     }
+    if members.iter().any(|m| limiter.is_shadow(m.index)) {
+        return with_shadow(limiter, &members, evaluation_id).await;
+    }
     match limiter.evaluate_all(&members, evaluation_id).await {
-        Ok(MultiOutcome::Evaluated(d)) => decided(&d),
-        Ok(failure) => {
-            // 200 under fail_open only when every policy fails open: the answer names the
-            // first one that does not (or the first one), whose failure policy decides.
-            let named = members
-                .iter()
-                .map(|m| limiter.policy(m.index).id())
-                .find(|id| !limiter.fails_open(id))
-                .unwrap_or(limiter.policy(members[0].index).id());
-            let failure = match failure {
-                MultiOutcome::Unavailable {
-                    retry_after_ms,
-                    category,
-                    ..
-                } => MultiOutcome::Unavailable {
-                    policy_id: named.clone(),
-                    retry_after_ms,
-                    category,
-                },
-                MultiOutcome::Indeterminate { retry_after_ms, .. } => MultiOutcome::Indeterminate {
-                    policy_id: named.clone(),
-                    retry_after_ms,
-                },
-                MultiOutcome::Incompatible { category, .. } => MultiOutcome::Incompatible {
-                    policy_id: named.clone(),
-                    category,
-                },
-                evaluated => evaluated,
-            };
-            respond(limiter, &failure.into_single(named))
+        Ok(MultiOutcome::Evaluated(d)) => {
+            let bodies: Vec<Bytes> = d.decisions.iter().map(decision_json).collect();
+            decided(&d, &bodies)
         }
+        Ok(failure) => failed(limiter, &members, failure),
         Err(e) => request_error(&e),
     }
 }
 
-/// The list form's answer to a decision.
-fn decided(d: &MultiDecision) -> Response {
-    let mut body = String::with_capacity(64 + 256 * d.decisions.len());
+/// The answer when `members` could not be decided: the single form's answer to the failure
+/// (503, or 200 when every policy fails open), naming the first policy that does not fail
+/// open (or the first one), whose failure policy decides.
+fn failed(limiter: &Limiter, members: &[Member], failure: MultiOutcome) -> Response {
+    let Some(first) = members.first() else {
+        return problem::internal("a failure without members");
+    };
+    let named = members
+        .iter()
+        .map(|m| limiter.policy(m.index).id())
+        .find(|id| !limiter.fails_open(id))
+        .unwrap_or(limiter.policy(first.index).id());
+    let failure = match failure {
+        MultiOutcome::Unavailable {
+            retry_after_ms,
+            category,
+            ..
+        } => MultiOutcome::Unavailable {
+            policy_id: named.clone(),
+            retry_after_ms,
+            category,
+        },
+        MultiOutcome::Indeterminate { retry_after_ms, .. } => MultiOutcome::Indeterminate {
+            policy_id: named.clone(),
+            retry_after_ms,
+        },
+        MultiOutcome::Incompatible { category, .. } => MultiOutcome::Incompatible {
+            policy_id: named.clone(),
+            category,
+        },
+        evaluated => evaluated,
+    };
+    respond(limiter, &failure.into_single(named))
+}
+
+/// A member with its entry's position.
+type Indexed = (usize, Member);
+
+/// `members` of which some are in shadow mode: the enforced ones as one all-or-nothing
+/// evaluation (with `evaluation_id`), then, when the request goes through, every shadow one
+/// on its own ([`Limiter::evaluate_shadows`]). A shadow entry never denies: its body says
+/// `"shadow":true` and `would_deny`; when the enforced limits refused, it was not evaluated
+/// (`"outcome":"not_evaluated"`). A retried `evaluation_id` replays the enforced limits only:
+/// the shadow ones are evaluated again.
+async fn with_shadow(
+    limiter: &Limiter,
+    members: &[Member],
+    evaluation_id: Option<EvaluationId>,
+) -> Response {
+    let (enforced, shadow): (Vec<Indexed>, Vec<Indexed>) = members
+        .iter()
+        .copied()
+        .enumerate()
+        .partition(|(_, m)| !limiter.is_shadow(m.index));
+    let mut bodies: Vec<Bytes> = vec![Bytes::new(); members.len()];
+    let mut decision = MultiDecision {
+        allowed: true,
+        decisions: Vec::new(),
+        replayed: false,
+    };
+    let mut answer_instead = None;
+    if !enforced.is_empty() {
+        let ms: Vec<Member> = enforced.iter().map(|(_, m)| *m).collect();
+        match limiter.evaluate_all(&ms, evaluation_id).await {
+            Ok(MultiOutcome::Evaluated(d)) => {
+                for ((i, _), member) in enforced.iter().zip(&d.decisions) {
+                    bodies[*i] = decision_json(member);
+                }
+                decision = d;
+            }
+            Ok(failure) => {
+                let response = failed(limiter, &ms, failure);
+                if response.status() != StatusCode::OK {
+                    return response;
+                }
+                // Failed open: the request goes through, so the shadow limits count it.
+                answer_instead = Some(response);
+            }
+            Err(e) => return request_error(&e),
+        }
+    }
+    let ms: Vec<Member> = shadow.iter().map(|(_, m)| *m).collect();
+    if decision.allowed {
+        for ((i, _), outcome) in shadow.iter().zip(limiter.evaluate_shadows(&ms).await) {
+            bodies[*i] = match outcome {
+                Ok(RateLimitOutcome::Evaluated(d)) => shadow_json(&d),
+                Ok(other) => outcome_body(limiter, &other).2,
+                Err(e) => return request_error(&e),
+            };
+        }
+    } else {
+        for (i, m) in &shadow {
+            bodies[*i] = Bytes::from(format!(
+                r#"{{"outcome":"not_evaluated","policy":"{}","shadow":true}}"#,
+                limiter.policy(m.index).id()
+            ));
+        }
+    }
+    answer_instead.unwrap_or_else(|| decided(&decision, &bodies))
+}
+
+/// The list form's answer to a decision: `bodies`, one per entry in order, are the
+/// decisions' JSON (`d` tells allowed, violated and replayed; its decisions are the enforced
+/// entries').
+fn decided(d: &MultiDecision, bodies: &[Bytes]) -> Response {
+    let mut body = String::with_capacity(64 + 256 * bodies.len());
     let _ = write!(
         body,
         r#"{{"outcome":"evaluated","allowed":{},"violated_policies":["#,
@@ -135,11 +218,11 @@ fn decided(d: &MultiDecision) -> Response {
         let _ = write!(body, "\"{}\"", v.policy_id);
     }
     body.push_str(r#"],"decisions":["#);
-    for (i, member) in d.decisions.iter().enumerate() {
+    for (i, member) in bodies.iter().enumerate() {
         if i > 0 {
             body.push(',');
         }
-        body.push_str(&String::from_utf8_lossy(&decision_json(member)));
+        body.push_str(&String::from_utf8_lossy(member));
     }
     body.push(']');
     if d.replayed {

@@ -25,6 +25,7 @@ const COMMON_KEYS: &[&str] = &[
     "cleanup_grace",
     "max_clock_regression",
     "failure_policy",
+    "shadow",
 ];
 const ALGORITHM_KEYS: &[&str] = &[
     "limit",
@@ -145,6 +146,7 @@ fn read_policy(
         "a failure policy",
         "\"fail_closed\", \"fail_open\" or \"fallback_local\"",
     );
+    let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
     let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
     // The contract's checks run whenever the parameters could be read, even next to other
     // problems of this policy, so that they are reported in the same pass.
@@ -162,7 +164,9 @@ fn read_policy(
         max_clock_regression: regression.unwrap_or(DEFAULT_MAX_CLOCK_REGRESSION),
         failure_policy: own_failure_policy.unwrap_or(failure_policy),
     };
-    let policy = c.owned(path, RateLimitPolicy::new(spec));
+    let policy = c
+        .owned(path, RateLimitPolicy::new(spec))
+        .map(|p| p.with_shadow(shadow));
     policy.filter(|_| c.count() == before)
 }
 
@@ -286,6 +290,7 @@ pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
         o.ms("cleanup_grace", p.cleanup_grace_ms());
         o.ms("max_clock_regression", p.max_clock_regression_ms());
         o.str("failure_policy", p.failure_policy().as_str());
+        o.raw("shadow", p.shadow());
     }
 }
 
@@ -334,7 +339,44 @@ failure_policy = "fail_open"
         assert_eq!(of("b"), FailurePolicy::FailOpen, "its own");
         assert!(s.render().contains("failure_policy = \"fail_open\""));
         let bad = FILE.replace("\"fail_open\"\n", "\"fail_sometimes\"\n");
+        assert!(
+            e.policies.iter().all(|p| !p.shadow()),
+            "enforcing unless set"
+        );
         let e = from_toml(&bad).expect_err("bad value");
         assert!(e.names("rate_limit.policies.b.failure_policy"), "{e}");
+    }
+}
+
+#[cfg(test)]
+mod shadow_tests {
+    use shared_contract::PolicyId;
+
+    use crate::config::from_toml;
+    use crate::settings::RateLimitSettings;
+
+    #[test]
+    fn a_policy_may_be_put_in_shadow_mode() {
+        let file = r#"
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "a"
+[rate_limit.policies.a]
+algorithm = "fixed_window"
+limit = 5
+window = "1s"
+shadow = true
+"#;
+        let s = from_toml(file).expect("valid");
+        let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+            panic!("enabled");
+        };
+        let a = e.policies.get(&PolicyId::new("a").expect("id")).expect("a");
+        assert!(a.shadow());
+        assert!(s.render().contains("shadow = true"), "{}", s.render());
+        let e = from_toml(&file.replace("shadow = true", "shadow = \"yes\""))
+            .expect_err("not a boolean");
+        assert!(e.names("rate_limit.policies.a.shadow"), "{e}");
     }
 }

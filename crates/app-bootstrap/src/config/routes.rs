@@ -25,6 +25,7 @@ const KEYS: &[&str] = &[
     "host",
     "header",
     "cost",
+    "shadow",
 ];
 
 /// Every route, `None` when one has problems (reported). `rate_limit`: the policies a route
@@ -187,6 +188,7 @@ fn read_route(
         None => Some(CostSource::Fixed(Cost::ONE)),
         Some(v) => read_cost(c, &at("cost"), v, effective, max_cost),
     };
+    let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
     if c.count() != before {
         return None;
     }
@@ -198,6 +200,7 @@ fn read_route(
         host,
         header: header.unwrap_or_default(),
         cost: cost?,
+        shadow,
     })
 }
 
@@ -284,6 +287,9 @@ pub(super) fn render(o: &mut Toml, routes: &[RouteSettings]) {
         match &r.cost {
             CostSource::Fixed(n) => o.raw("cost", n.get()),
             header => o.str("cost", &header.to_string()),
+        }
+        if r.shadow {
+            o.raw("shadow", true);
         }
     }
 }

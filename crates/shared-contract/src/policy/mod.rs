@@ -231,6 +231,7 @@ pub struct RateLimitPolicy {
     cleanup_grace_ms: u64,
     max_clock_regression_ms: u64,
     failure_policy: FailurePolicy,
+    shadow: bool,
 }
 
 impl RateLimitPolicy {
@@ -285,6 +286,7 @@ impl RateLimitPolicy {
                 cleanup_grace_ms,
                 max_clock_regression_ms,
                 failure_policy: spec.failure_policy,
+                shadow: false,
             }),
             _ => Err(PolicyErrors(errors)),
         }
@@ -313,6 +315,19 @@ impl RateLimitPolicy {
     }
     pub fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
+    }
+    /// Whether the policy is in shadow mode: evaluated and charged as usual, but the edge
+    /// never denies a request for it (operators trial a limit on live traffic). Providers
+    /// ignore it: it changes no state and no decision, only what the edge does with one.
+    pub fn shadow(&self) -> bool {
+        self.shadow
+    }
+    /// The same policy, in shadow mode when `shadow` (see [`Self::shadow`]); not in it
+    /// unless set.
+    #[must_use]
+    pub fn with_shadow(mut self, shadow: bool) -> Self {
+        self.shadow = shadow;
+        self
     }
     /// The rules shared by all algorithms, as the models take them.
     pub fn rules(&self) -> crate::model::Rules {
