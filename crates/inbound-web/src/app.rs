@@ -96,6 +96,7 @@ pub fn router_with_gates(
             get(move |State(s): State<Arc<ApiState>>| api::readyz(s, gates.clone()))
         })
         .route("/metrics", get(api::metrics))
+        .route("/openapi.json", get(crate::openapi::document))
         .route("/v1/evaluate", post(api::evaluate));
     let api = match state.limiter() {
         Some(limiter) => {

@@ -14,6 +14,7 @@
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
+//! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
 //! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
 //!
 //! ## Features
@@ -29,6 +30,7 @@ pub mod gate_metrics;
 pub mod gates;
 pub mod hygiene;
 pub mod listener;
+pub mod openapi;
 pub mod stream;
 pub mod subscribers;
 
