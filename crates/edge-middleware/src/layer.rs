@@ -428,32 +428,13 @@ where
                 Err(e) => return Ok(problem::internal(&e.to_string())),
             }
         }
-        Limits::One(m, resolved) => match with_shadow(&shared, vec![m], vec![resolved]).await {
+        Limits::One(m, resolved) => match evaluate_many(&shared, vec![m], vec![resolved]).await {
             Ok(v) => v,
             Err(refused) => return Ok(refused),
         },
-        Limits::Many(members, resolved) if resolved.iter().any(|r| r.shadow) => {
-            match with_shadow(&shared, members, resolved).await {
-                Ok(v) => v,
-                Err(refused) => return Ok(refused),
-            }
-        }
-        Limits::Many(members, resolved) => match limiter.evaluate_all(&members, None).await {
-            Ok(MultiOutcome::Evaluated(d)) => Some(verdict(&shared, &resolved, &d.decisions)),
-            Ok(other) => {
-                let first = limiter.policy(members[0].index).id();
-                let single = other.into_single(first);
-                // Without a decision the request goes through only when every one of its
-                // policies fails open.
-                let open = members
-                    .iter()
-                    .all(|m| limiter.fails_open(limiter.policy(m.index).id()));
-                if !open {
-                    return Ok(unavailable(&single));
-                }
-                None
-            }
-            Err(e) => return Ok(problem::internal(&e.to_string())),
+        Limits::Many(members, resolved) => match evaluate_many(&shared, members, resolved).await {
+            Ok(v) => v,
+            Err(refused) => return Ok(refused),
         },
     };
     // `None`: no decision, and the failure policy lets the request through without headers.
@@ -473,13 +454,15 @@ where
     Ok(response)
 }
 
-/// The verdict of a request with limits in shadow mode: the enforced limits first, as one
-/// all-or-nothing evaluation (one limit: a single one); when they let the request through,
-/// every shadow limit on its own, all at once. A shadow limit never refuses the request, not
-/// even when its provider cannot decide; its decision, when there is one, is in the headers.
-/// `Ok(None)`: no decision at all, the request goes through without headers; `Err`: the
-/// answer to send instead of calling the inner service (a 503).
-async fn with_shadow<'s, R: From<String>>(
+/// The verdict of a request with several limits, or with a limit in shadow mode: the
+/// enforced limits first, as one all-or-nothing evaluation (one limit: a single one); when
+/// they let the request through, every shadow limit on its own, all at once. Without a
+/// decision the request goes through only when every enforced policy fails open. A shadow
+/// limit never refuses the request, not even when its provider cannot decide; its decision,
+/// when there is one, is in the headers. `Ok(None)`: no decision at all, the request goes
+/// through without headers; `Err`: the answer to send instead of calling the inner service
+/// (a 503).
+async fn evaluate_many<'s, R: From<String>>(
     shared: &'s Shared,
     members: Vec<Member>,
     resolved: Vec<&'s Resolved>,

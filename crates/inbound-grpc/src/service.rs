@@ -150,9 +150,27 @@ impl RlsService {
                 .with_shadow(&slots, &policies, limits, deadline, start)
                 .await;
         }
-        let limits = Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let outcome = self
+            .evaluate_all(limits, &policies, deadline, start)
+            .await?;
+        match outcome {
+            MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
+            failure => failed(&slots, &policies, &failure),
+        }
+    }
+
+    /// `limits` (of `policies`, in order) as one all-or-nothing evaluation, recorded in the
+    /// metrics.
+    async fn evaluate_all(
+        &self,
+        limits: Vec<Limit>,
+        policies: &[RateLimitPolicy],
+        deadline: Deadline,
+        start: Instant,
+    ) -> Result<MultiOutcome, Status> {
+        let me = &self.inner;
         let evaluation = MultiRequest {
-            limits,
+            limits: Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?,
             evaluation_id: None,
             deadline,
         };
@@ -161,11 +179,8 @@ impl RlsService {
             .evaluate_all(evaluation)
             .await
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        me.metrics.record(&policies, &outcome, start.elapsed());
-        match outcome {
-            MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
-            failure => failed(&slots, &policies, &failure),
-        }
+        me.metrics.record(policies, &outcome, start.elapsed());
+        Ok(outcome)
     }
 
     /// A request some of whose limits are in shadow mode: the enforced ones as one
@@ -190,19 +205,9 @@ impl RlsService {
             let of = |i: &usize| (limits[*i].clone(), policies[*i].clone());
             let (enforced_limits, enforced_policies): (Vec<Limit>, Vec<RateLimitPolicy>) =
                 enforced.iter().map(of).unzip();
-            let evaluation = MultiRequest {
-                limits: Limits::new(enforced_limits)
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?,
-                evaluation_id: None,
-                deadline,
-            };
-            let outcome = me
-                .port
-                .evaluate_all(evaluation)
-                .await
-                .map_err(|e| Status::invalid_argument(e.to_string()))?;
-            me.metrics
-                .record(&enforced_policies, &outcome, start.elapsed());
+            let outcome = self
+                .evaluate_all(enforced_limits, &enforced_policies, deadline, start)
+                .await?;
             match outcome {
                 MultiOutcome::Evaluated(d) => {
                     allowed = d.allowed;
