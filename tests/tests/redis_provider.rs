@@ -64,6 +64,43 @@ async fn a_new_policy_revision_rolls_to_a_fresh_key() {
     assert_eq!(n, 2);
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_reload_keeps_unchanged_policies_and_rolls_new_revisions_on_the_same_connections() {
+    let server = RedisServer::start();
+    let kept = daily_policy("kept", AlgorithmKind::FixedWindow, 1, 2);
+    let v1 = daily_policy("bumped", AlgorithmKind::TokenBucket, 1, 2);
+    let v2 = daily_policy("bumped", AlgorithmKind::TokenBucket, 2, 2);
+    let added = daily_policy("added", AlgorithmKind::Gcra, 1, 2);
+    let old = connect(settings(&server), vec![kept.clone(), v1.clone()]).await;
+    let s = subject(7);
+    assert!(allowed(&old, &kept, s).await);
+    assert!(allowed(&old, &v1, s).await && allowed(&old, &v1, s).await);
+    let clients = |server: &RedisServer| -> i64 {
+        let list: String = query(server, redis::cmd("CLIENT").arg("LIST"));
+        i64::try_from(list.lines().count()).expect("a count")
+    };
+    let before = clients(&server);
+    let new = old
+        .with_policies(policy_set(vec![kept.clone(), v2.clone(), added.clone()]))
+        .expect("the new policies are accepted");
+    assert!(
+        allowed(&new, &kept, s).await,
+        "kept: 2 of 2, its charge kept"
+    );
+    assert!(!allowed(&new, &kept, s).await);
+    assert!(
+        !allowed(&old, &kept, s).await,
+        "the old provider shares the state"
+    );
+    assert!(allowed(&new, &v2, s).await, "revision 2 starts empty");
+    assert!(allowed(&new, &added, s).await);
+    assert!(matches!(
+        new.evaluate(request(&v1, s, 1)).await,
+        Ok(RateLimitOutcome::Evaluated(d)) if d.revision == v2.revision()
+    ));
+    assert_eq!(clients(&server), before, "no new connection");
+}
+
 /// A policy id for `kind` under `tag`: `tag-fixed-window`, ...
 fn per_kind(tag: &str, kind: AlgorithmKind) -> String {
     format!("{tag}-{}", kind.as_str().replace('_', "-"))

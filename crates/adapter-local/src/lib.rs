@@ -75,6 +75,7 @@ mod store;
 use std::collections::HashMap;
 use std::fmt;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
 use shared_contract::model::multi::{self as multi_model, Member, MultiVerdict};
@@ -82,8 +83,8 @@ use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
-    PolicyError, PolicyErrors, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest, RequestError, Source, UnavailableCategory,
+    PolicyError, PolicyErrors, PolicyId, PolicyRevision, PolicySet, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
 };
 
 pub use replay::MAX_REPLAYS;
@@ -134,18 +135,27 @@ pub struct LocalProvider {
     policies: PolicySet,
     /// Slot of each policy; the hasher is the store's, cheaper than SipHash (the ids are
     /// the configured ones: unknown ids are refused before this lookup).
-    slots: HashMap<PolicyId, u32, SeededFold>,
-    /// Entry lifetime in ms, by slot.
-    lifetimes_ms: Vec<u64>,
+    slots: HashMap<PolicyId, Slot, SeededFold>,
+    /// Slot numbers handed out so far, shared with every provider made by
+    /// [`Self::with_policies`] from this one, so a new revision never gets a used number.
+    next_slot: Arc<AtomicU32>,
     clock: Arc<dyn Clock>,
-    store: Store,
+    store: Arc<Store>,
     source: Source,
     /// `Some` overrides the algorithm's certainty (the fallback's `approximate_fallback`).
     certainty: Option<Certainty>,
     max_keys: u64,
     /// First decisions of evaluations with an id. Evaluations with an id run under this lock
     /// (check, evaluate, remember), so concurrent retries of one id charge once.
-    replays: Mutex<Replays>,
+    replays: Arc<Mutex<Replays>>,
+}
+
+/// Where a policy's state lives in the store, and how long an entry of it is kept.
+#[derive(Debug, Clone, Copy)]
+struct Slot {
+    index: u32,
+    lifetime_ms: u64,
+    revision: PolicyRevision,
 }
 
 impl fmt::Debug for LocalProvider {
@@ -185,22 +195,43 @@ impl LocalProvider {
         source: Source,
         certainty: Option<Certainty>,
     ) -> Self {
-        let mut slots = HashMap::with_hasher(SeededFold::new());
-        let mut lifetimes_ms = Vec::new();
-        for (slot, policy) in (0u32..).zip(policies.iter()) {
-            slots.insert(policy.id().clone(), slot);
-            lifetimes_ms.push(entry_lifetime_ms(policy));
-        }
+        let next_slot = Arc::new(AtomicU32::new(0));
+        let none = HashMap::with_hasher(SeededFold::new());
+        let slots = assign_slots(&policies, &none, &next_slot);
         Self {
-            store: Store::new(settings.max_keys),
-            lifetimes_ms,
+            store: Arc::new(Store::new(settings.max_keys)),
+            next_slot,
             policies,
             slots,
             clock,
             source,
             certainty,
             max_keys: settings.max_keys,
-            replays: Mutex::new(Replays::default()),
+            replays: Arc::new(Mutex::new(Replays::default())),
+        }
+    }
+
+    /// A provider of `policies` over this one's store (a configuration reload): a policy whose
+    /// id and revision this provider already enforces keeps its state; a new policy, or a new
+    /// revision, starts from empty state in a slot of its own (the old revision's entries are
+    /// never read again and expire). Both providers may run at once (requests in flight on
+    /// the old one finish there); they decide a shared key under the same lock.
+    ///
+    /// The caller keeps the revision rule: a policy whose parameters change must change its
+    /// revision, or its stored state would be read under parameters it was not written with.
+    #[must_use]
+    pub fn with_policies(&self, policies: PolicySet) -> Self {
+        let slots = assign_slots(&policies, &self.slots, &self.next_slot);
+        Self {
+            store: self.store.clone(),
+            next_slot: self.next_slot.clone(),
+            policies,
+            slots,
+            clock: self.clock.clone(),
+            source: self.source,
+            certainty: self.certainty,
+            max_keys: self.max_keys,
+            replays: self.replays.clone(),
         }
     }
 
@@ -221,13 +252,13 @@ impl LocalProvider {
                 .into_single(&policy_id));
         }
         let policy = self.policies.admit(request)?;
-        let Some(&slot) = self.slots.get(policy.id()) else {
+        let Some(slot) = self.slots.get(policy.id()) else {
             // Every policy of the set got a slot at construction.
             return Err(RequestError::UnknownPolicy(request.policy_id.clone()));
         };
-        let key = Key::new(slot, request.subject.as_bytes());
+        let key = Key::new(slot.index, request.subject.as_bytes());
         let cost = request.cost;
-        let lifetime_ms = self.lifetimes_ms.get(slot as usize).copied().unwrap_or(0);
+        let lifetime_ms = slot.lifetime_ms;
         // The store reads the clock under the key's lock, so the evaluations of one key see
         // times in the order they are serialized.
         let evaluation =
@@ -265,7 +296,7 @@ impl LocalProvider {
                 .slots
                 .get(p.id())
                 .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
-            slots.push(slot);
+            slots.push(slot.index);
         }
         let Some(id) = &request.evaluation_id else {
             return Ok(self.decide_all(request, &policies, &slots));
@@ -294,11 +325,9 @@ impl LocalProvider {
         let keys: Vec<(Key, u64)> = request
             .limits
             .iter()
+            .zip(policies)
             .zip(slots)
-            .map(|(l, &slot)| {
-                let lifetime = self.lifetimes_ms.get(slot as usize).copied().unwrap_or(0);
-                (Key::new(slot, l.subject.as_bytes()), lifetime)
-            })
+            .map(|((l, p), &slot)| (Key::new(slot, l.subject.as_bytes()), entry_lifetime_ms(p)))
             .collect();
         let evaluation = self
             .store
@@ -382,6 +411,29 @@ impl LocalProvider {
     pub fn stored_keys(&self) -> u64 {
         self.store.purge_and_count(self.clock.now_ms())
     }
+}
+
+/// The slot of each policy of `policies`: the one of `previous` when it holds the same
+/// revision, else a number never handed out before.
+fn assign_slots(
+    policies: &PolicySet,
+    previous: &HashMap<PolicyId, Slot, SeededFold>,
+    next_slot: &AtomicU32,
+) -> HashMap<PolicyId, Slot, SeededFold> {
+    let mut slots = HashMap::with_hasher(SeededFold::new());
+    for policy in policies.iter() {
+        let index = match previous.get(policy.id()) {
+            Some(old) if old.revision == policy.revision() => old.index,
+            _ => next_slot.fetch_add(1, Ordering::Relaxed),
+        };
+        let slot = Slot {
+            index,
+            lifetime_ms: entry_lifetime_ms(policy),
+            revision: policy.revision(),
+        };
+        slots.insert(policy.id().clone(), slot);
+    }
+    slots
 }
 
 /// How long an entry of `policy` is kept after its last write. See the crate docs.

@@ -53,6 +53,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
+use std::sync::Arc;
 
 use redis::Value;
 use shared_contract::multi::replay_window_ms;
@@ -177,7 +178,8 @@ pub struct RedisProvider {
     settings: RedisSettings,
     policies: PolicySet,
     plans: HashMap<PolicyId, Plan>,
-    pool: Pool,
+    /// Shared with the providers [`Self::with_policies`] makes from this one.
+    pool: Arc<Pool>,
 }
 
 impl fmt::Debug for RedisProvider {
@@ -208,12 +210,36 @@ impl RedisProvider {
             .collect::<Result<HashMap<_, _>, Error>>()?;
         let scripts = programs::scripts();
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
-        let pool = Pool::start(&settings, resolved, scripts, needs).await;
+        let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
         Ok(Self {
             settings,
             policies,
             plans,
             pool,
+        })
+    }
+
+    /// A provider of `policies` over this one's connections (a configuration reload): no
+    /// new connection, task or script load. The state of a policy lives under its id and
+    /// revision, so an unchanged policy keeps its state and a new revision starts empty. Both
+    /// providers may run at once (requests in flight on the old one finish there) and share
+    /// the `max_in_flight` bound.
+    ///
+    /// The caller keeps the revision rule: a policy whose parameters change must change its
+    /// revision, or its stored state would be read under parameters it was not written with.
+    ///
+    /// # Errors
+    /// [`Error::Settings`] when a policy cannot be run by the programs (as in [`Self::connect`]).
+    pub fn with_policies(&self, policies: PolicySet) -> Result<Self, Error> {
+        let plans = policies
+            .iter()
+            .map(|p| Ok((p.id().clone(), Plan::new(&self.settings.key_prefix, p)?)))
+            .collect::<Result<HashMap<_, _>, Error>>()?;
+        Ok(Self {
+            settings: self.settings.clone(),
+            policies,
+            plans,
+            pool: self.pool.clone(),
         })
     }
 

@@ -63,6 +63,13 @@ impl BreakerState {
 #[derive(Debug)]
 pub struct CircuitBreaker {
     inner: Arc<dyn EdgeRateLimitPort>,
+    /// Shared with the breakers [`Self::with_inner`] makes from this one.
+    circuit: Arc<Circuit>,
+}
+
+/// The state of one circuit.
+#[derive(Debug)]
+struct Circuit {
     settings: BreakerSettings,
     state: AtomicU8,
     failures: AtomicU32,
@@ -85,18 +92,30 @@ impl CircuitBreaker {
     ) -> Self {
         let b = Self {
             inner,
-            settings,
-            state: AtomicU8::new(CLOSED),
-            failures: AtomicU32::new(0),
-            open_until_ms: AtomicU64::new(0),
-            clock,
+            circuit: Arc::new(Circuit {
+                settings,
+                state: AtomicU8::new(CLOSED),
+                failures: AtomicU32::new(0),
+                open_until_ms: AtomicU64::new(0),
+                clock,
+            }),
         };
         b.export(BreakerState::Closed);
         b
     }
 
+    /// A breaker around `inner` on this breaker's circuit (a configuration reload puts the
+    /// same connections behind a new policy set): an open circuit stays open.
+    #[must_use]
+    pub fn with_inner(&self, inner: Arc<dyn EdgeRateLimitPort>) -> Self {
+        Self {
+            inner,
+            circuit: self.circuit.clone(),
+        }
+    }
+
     pub fn state(&self) -> BreakerState {
-        match self.state.load(Ordering::Acquire) {
+        match self.circuit.state.load(Ordering::Acquire) {
             OPEN => BreakerState::Open,
             HALF_OPEN => BreakerState::HalfOpen,
             _ => BreakerState::Closed,
@@ -122,31 +141,32 @@ impl CircuitBreaker {
     }
 
     fn now_ms(&self) -> u64 {
-        self.clock.now_ms()
+        self.circuit.clock.now_ms()
     }
 
     fn cool_down_ms(&self) -> u64 {
-        self.settings.cool_down.as_millis() as u64
+        self.circuit.settings.cool_down.as_millis() as u64
     }
 
     /// Whether an open circuit's cool-down is over at `now`: its deadline has passed, or the
     /// clock went back before the moment the circuit opened (see the module docs).
     fn cooled_down(&self, now: u64) -> bool {
-        let until = self.open_until_ms.load(Ordering::Acquire);
+        let until = self.circuit.open_until_ms.load(Ordering::Acquire);
         now >= until || now.saturating_add(self.cool_down_ms()) < until
     }
 
     fn open(&self, why: &str) {
         let until = self.now_ms().saturating_add(self.cool_down_ms());
         // The deadline is written before the state, so whoever sees OPEN sees its deadline.
-        self.open_until_ms.store(until, Ordering::Release);
-        self.state.store(OPEN, Ordering::Release);
+        self.circuit.open_until_ms.store(until, Ordering::Release);
+        self.circuit.state.store(OPEN, Ordering::Release);
         self.transition(BreakerState::Open, why);
     }
 
     /// The rest of the cool-down: at least 1 ms, so clients back off.
     fn retry_after_open_ms(&self) -> u64 {
         let left = self
+            .circuit
             .open_until_ms
             .load(Ordering::Acquire)
             .saturating_sub(self.now_ms())
@@ -157,22 +177,23 @@ impl CircuitBreaker {
     fn on_closed(&self, failure: Option<bool>) {
         match failure {
             Some(true) => {
-                let n = self.failures.fetch_add(1, Ordering::AcqRel) + 1;
-                if n >= self.settings.failure_threshold
+                let n = self.circuit.failures.fetch_add(1, Ordering::AcqRel) + 1;
+                if n >= self.circuit.settings.failure_threshold
                     && self
+                        .circuit
                         .state
                         .compare_exchange(CLOSED, OPEN, Ordering::AcqRel, Ordering::Acquire)
                         .is_ok()
                 {
-                    self.failures.store(0, Ordering::Release);
+                    self.circuit.failures.store(0, Ordering::Release);
                     self.open(&format!(
                         "{n} consecutive unavailable or indeterminate outcomes"
                     ));
                 }
             }
             // Read first: the common case (no failures) then writes nothing shared.
-            Some(false) if self.failures.load(Ordering::Relaxed) != 0 => {
-                self.failures.store(0, Ordering::Release);
+            Some(false) if self.circuit.failures.load(Ordering::Relaxed) != 0 => {
+                self.circuit.failures.store(0, Ordering::Release);
             }
             _ => {}
         }
@@ -211,9 +232,10 @@ impl Drop for ProbeGuard<'_> {
     fn drop(&mut self) {
         if !self.done {
             self.breaker
+                .circuit
                 .open_until_ms
                 .store(self.breaker.now_ms(), Ordering::Release);
-            self.breaker.state.store(OPEN, Ordering::Release);
+            self.breaker.circuit.state.store(OPEN, Ordering::Release);
         }
     }
 }
@@ -251,7 +273,7 @@ impl CircuitBreaker {
         admit: impl FnOnce() -> Result<(), RequestError>,
         refused: impl FnOnce(u64) -> T,
     ) -> Result<T, RequestError> {
-        match self.state.load(Ordering::Acquire) {
+        match self.circuit.state.load(Ordering::Acquire) {
             CLOSED => {
                 let outcome = call.await?;
                 self.on_closed(outcome.failure());
@@ -259,6 +281,7 @@ impl CircuitBreaker {
             }
             OPEN if self.cooled_down(self.now_ms())
                 && self
+                    .circuit
                     .state
                     .compare_exchange(OPEN, HALF_OPEN, Ordering::AcqRel, Ordering::Acquire)
                     .is_ok() =>
@@ -275,8 +298,8 @@ impl CircuitBreaker {
                         self.open("the probe failed");
                     }
                     _ => {
-                        self.failures.store(0, Ordering::Release);
-                        self.state.store(CLOSED, Ordering::Release);
+                        self.circuit.failures.store(0, Ordering::Release);
+                        self.circuit.state.store(CLOSED, Ordering::Release);
                         self.transition(BreakerState::Closed, "the probe succeeded, closed");
                     }
                 }

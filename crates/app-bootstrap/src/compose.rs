@@ -41,6 +41,23 @@ pub struct RateLimitRuntime {
     budget: Duration,
     breaker: Option<Arc<CircuitBreaker>>,
     provider: &'static str,
+    /// What a reload composes again: the providers under the decorators.
+    base: Base,
+}
+
+/// The providers of a runtime, kept so that a reload puts the same stores and connections
+/// behind the new policies.
+#[derive(Debug, Clone)]
+enum Base {
+    Local(Arc<LocalProvider>),
+    Redis {
+        redis: Arc<RedisProvider>,
+        /// The local fallback's store, once some policy asked for it; kept when a reload no
+        /// longer needs it, so a later one finds its state again.
+        fallback: Option<Arc<LocalProvider>>,
+        clock: Arc<dyn Clock>,
+        local: adapter_local::LocalSettings,
+    },
 }
 
 impl RateLimitRuntime {
@@ -70,6 +87,61 @@ impl RateLimitRuntime {
     /// `"local"` or `"redis"`.
     pub fn provider_name(&self) -> &'static str {
         self.provider
+    }
+
+    /// The runtime of `settings` over this runtime's stores, connections and breaker (a
+    /// configuration reload): only the policies and the failure policies change. A policy of
+    /// the same id and revision keeps its state; a new revision starts empty.
+    ///
+    /// The provider, the subject secret and the provider's own settings are this runtime's:
+    /// the caller refuses a reload that changes them ([`crate::reload`]).
+    ///
+    /// # Errors
+    /// [`BuildError`] when the provider refuses a policy.
+    pub fn with_settings(&self, settings: &EnabledSettings) -> Result<Self, BuildError> {
+        let policies = settings.policies.clone();
+        let mut next = self.clone();
+        next.failure_policy = settings.failure_policy;
+        match &self.base {
+            Base::Local(local) => {
+                let local = Arc::new(local.with_policies(policies));
+                next.port = local.clone();
+                next.base = Base::Local(local);
+            }
+            Base::Redis {
+                redis,
+                fallback,
+                clock,
+                local,
+            } => {
+                let redis = Arc::new(redis.with_policies(policies.clone())?);
+                let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
+                if let Some(b) = &self.breaker {
+                    let b = Arc::new(b.with_inner(port));
+                    next.breaker = Some(b.clone());
+                    port = b;
+                }
+                let fallback =
+                    match fallback {
+                        Some(f) => Some(Arc::new(f.with_policies(policies.clone()))),
+                        None if needs_fallback(settings) => Some(Arc::new(
+                            LocalProvider::fallback(policies.clone(), clock.clone(), *local),
+                        )),
+                        None => None,
+                    };
+                if let Some(f) = fallback.as_ref().filter(|_| needs_fallback(settings)) {
+                    port = Arc::new(LocalFallback::new(port, f.clone()));
+                }
+                next.port = port;
+                next.base = Base::Redis {
+                    redis,
+                    fallback,
+                    clock: clock.clone(),
+                    local: *local,
+                };
+            }
+        }
+        Ok(next)
     }
 
     /// The middleware's limiter over this runtime: its port, hasher, failure policy, budget and
@@ -117,6 +189,7 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
     match &e.provider {
         ProviderSettings::Local => {
             let port = Arc::new(LocalProvider::new(e.policies.clone(), clock, e.local));
+            let base = Base::Local(port.clone());
             tracing::info!(
                 policies = e.policies.iter().count(),
                 "rate limiting enabled: local provider"
@@ -128,11 +201,13 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
                 budget: Duration::from_secs(1),
                 breaker: None,
                 provider: "local",
+                base,
             })
         }
         ProviderSettings::Redis(r) => {
-            let redis = RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?;
-            let mut port: Arc<dyn EdgeRateLimitPort> = Arc::new(redis);
+            let redis =
+                Arc::new(RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?);
+            let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
             let mut breaker = None;
             if e.breaker.enabled {
                 let b = Arc::new(CircuitBreaker::with_clock(port, e.breaker, clock.clone()));
@@ -141,11 +216,14 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
             }
             // The global failure policy, or any policy's own, may ask for the fallback; the
             // decorator falls back only for the policies that do.
-            if e.policies
-                .iter()
-                .any(|p| p.failure_policy() == FailurePolicy::FallbackLocal)
-            {
-                let local = LocalProvider::fallback(e.policies.clone(), clock, e.local);
+            let mut fallback = None;
+            if needs_fallback(e) {
+                let local = Arc::new(LocalProvider::fallback(
+                    e.policies.clone(),
+                    clock.clone(),
+                    e.local,
+                ));
+                fallback = Some(local.clone());
                 port = Arc::new(LocalFallback::new(port, local));
             }
             tracing::info!(
@@ -164,7 +242,21 @@ async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildErr
                     .min(shared_contract::Deadline::MAX_BUDGET),
                 breaker,
                 provider: "redis",
+                base: Base::Redis {
+                    redis,
+                    fallback,
+                    clock,
+                    local: e.local,
+                },
             })
         }
     }
+}
+
+/// Whether any policy (by its own failure policy or the global one) asks for the local
+/// fallback.
+fn needs_fallback(e: &EnabledSettings) -> bool {
+    e.policies
+        .iter()
+        .any(|p| p.failure_policy() == FailurePolicy::FallbackLocal)
 }

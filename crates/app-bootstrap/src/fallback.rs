@@ -19,14 +19,17 @@ use shared_contract::{
 #[derive(Debug)]
 pub struct LocalFallback {
     inner: Arc<dyn EdgeRateLimitPort>,
-    fallback: LocalProvider,
+    fallback: Arc<LocalProvider>,
 }
 
 impl LocalFallback {
     /// `fallback` should be built with [`LocalProvider::fallback`], so its decisions report
     /// `local_fallback`.
-    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, fallback: LocalProvider) -> Self {
-        Self { inner, fallback }
+    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, fallback: impl Into<Arc<LocalProvider>>) -> Self {
+        Self {
+            inner,
+            fallback: fallback.into(),
+        }
     }
 }
 

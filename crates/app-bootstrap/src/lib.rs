@@ -13,6 +13,7 @@
 //! | [`fallback`] | the `fallback_local` decorator |
 //! | [`compose`] | settings -> [`RateLimitRuntime`] |
 //! | [`gates`] | `[event_gates.*]` -> [`GateRuntime`] (the gate provider and its publisher) |
+//! | [`reload`] | which changes a running app takes on a configuration reload, and the revision rule |
 //!
 //! This is the only crate that names the adapters (`adapter-local`, `adapter-redis`). The
 //! subject secret, hasher and source are the middleware's (`edge-middleware`), re-exported
@@ -30,6 +31,7 @@ pub mod compose;
 pub mod config;
 pub mod fallback;
 pub mod gates;
+pub mod reload;
 pub mod settings;
 
 pub use breaker::{BreakerState, CircuitBreaker};
@@ -39,6 +41,6 @@ pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
     BreakerSettings, CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition,
-    HttpSettings, LogFormat, LogSettings, ProviderSettings, RateLimitSettings, RouteSettings,
-    Settings, SubjectSource, UnknownDescriptor,
+    HttpSettings, LogFormat, LogSettings, ProviderSettings, RateLimitSettings, ReloadSettings,
+    RouteSettings, Settings, SubjectSource, UnknownDescriptor,
 };

@@ -25,6 +25,7 @@ pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 pub struct Settings {
     pub http: HttpSettings,
     pub log: LogSettings,
+    pub reload: ReloadSettings,
     pub rate_limit: RateLimitSettings,
     /// The demo upstream's limited routes, in file order.
     pub routes: Vec<RouteSettings>,
@@ -50,6 +51,19 @@ impl Settings {
     /// Each section renders itself next to where it is read ([`crate::config`]).
     pub fn render(&self) -> String {
         crate::config::render(self)
+    }
+}
+
+/// `[reload]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReloadSettings {
+    /// Reload when the configuration file changes (`SIGHUP` reloads in any case).
+    pub watch: bool,
+}
+
+impl Default for ReloadSettings {
+    fn default() -> Self {
+        Self { watch: true }
     }
 }
 

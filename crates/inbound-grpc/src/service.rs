@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
+use arc_swap::ArcSwap;
 use edge_middleware::descriptors::{
     self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
 };
@@ -43,7 +44,9 @@ pub const MAX_DESCRIPTORS: usize = 64;
 /// The service behind `envoy.service.ratelimit.v3.RateLimitService`. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct RlsService {
-    inner: Arc<Inner>,
+    /// What is in force; a request answers on the one it loaded, so a reload
+    /// ([`RlsService::replace_with`]) never changes a request in flight.
+    current: Arc<ArcSwap<Inner>>,
 }
 
 #[derive(Debug)]
@@ -78,15 +81,22 @@ impl RlsService {
     ) -> Self {
         let metrics = Metrics::new(port.policies());
         Self {
-            inner: Arc::new(Inner {
+            current: Arc::new(ArcSwap::from_pointee(Inner {
                 port,
                 hasher,
                 rules,
                 unknown,
                 budget,
                 metrics,
-            }),
+            })),
         }
+    }
+
+    /// Puts what `next` answers with in force for this service and every clone of it (a
+    /// configuration reload): requests already being answered finish on what they started
+    /// with, later ones use `next`'s port, rules and unknown-descriptor answer.
+    pub fn replace_with(&self, next: &RlsService) {
+        self.current.store(next.current.load_full());
     }
 
     /// Answers one `RateLimitRequest`.
@@ -122,9 +132,15 @@ impl RlsService {
     }
 
     async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
+        self.current.load_full().answer(request).await
+    }
+}
+
+impl Inner {
+    async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         check(request)?;
         let (slots, limits) = self.matched(request)?;
-        let me = &self.inner;
+        let me = self;
         let unknown = slots.iter().any(|s| matches!(s, Slot::Unknown));
         if unknown && me.unknown == UnknownDescriptor::Deny {
             let statuses = slots
@@ -168,7 +184,7 @@ impl RlsService {
         deadline: Deadline,
         start: Instant,
     ) -> Result<MultiOutcome, Status> {
-        let me = &self.inner;
+        let me = self;
         let evaluation = MultiRequest {
             limits: Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?,
             evaluation_id: None,
@@ -196,7 +212,7 @@ impl RlsService {
         deadline: Deadline,
         start: Instant,
     ) -> Result<RateLimitResponse, Status> {
-        let me = &self.inner;
+        let me = self;
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..limits.len()).partition(|&i| policies.get(i).is_some_and(RateLimitPolicy::shadow));
         let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; limits.len()];
@@ -251,7 +267,7 @@ impl RlsService {
     /// Each descriptor's slot, and the limits of the matched ones (a descriptor that repeats an
     /// earlier one's policy and subject shares its limit, whose cost is then the sum).
     fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Limit>), Status> {
-        let me = &self.inner;
+        let me = self;
         let default_cost = u64::from(request.hits_addend.max(1));
         let mut slots = Vec::with_capacity(request.descriptors.len());
         let mut limits: Vec<Limit> = Vec::new();

@@ -455,3 +455,52 @@ async fn a_shadow_policy_is_charged_and_never_over_limit() {
         assert!(header(&r, "retry-after").is_none());
     }
 }
+
+#[tokio::test]
+async fn a_replaced_configuration_answers_the_next_requests_on_the_same_connection() {
+    let hasher = SubjectHasher::new(&SubjectSecret::new(vec![9; 32], "test").expect("32 bytes"));
+    let port: Arc<dyn EdgeRateLimitPort> = Arc::new(LocalProvider::new(
+        policies(FailurePolicy::FailClosed),
+        Arc::new(SystemClock),
+        LocalSettings::default(),
+    ));
+    let service = RlsService::new(
+        port.clone(),
+        hasher.clone(),
+        rules(),
+        UnknownDescriptor::Allow,
+        Duration::from_secs(1),
+    );
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("bound address");
+    let (stop, stopped) = oneshot::channel::<()>();
+    tokio::spawn(inbound_grpc::serve(listener, service.clone(), async move {
+        let _ = stopped.await;
+    }));
+    let server = Server { addr, _stop: stop };
+    let mut c = client(&server).await;
+    let tenant = || request(vec![descriptor(&[("tenant", "t-1")])], 1);
+    let before = ask(&mut c, tenant()).await.expect("answered");
+    assert_eq!(before.overall_code, Code::Ok as i32);
+    assert_eq!(before.statuses[0].limit_remaining, 4);
+
+    // The reload: no rule for `tenant` any more, and unknown descriptors deny.
+    let only_ip = DescriptorRules::new([DescriptorRule::new(
+        "edge".into(),
+        vec![EntryMatcher::parse("remote_address").expect("valid entry")],
+        PolicyId::new("ip").expect("valid id"),
+    )
+    .expect("valid rule")])
+    .expect("valid rules");
+    service.replace_with(&RlsService::new(
+        port,
+        hasher,
+        only_ip,
+        UnknownDescriptor::Deny,
+        Duration::from_secs(1),
+    ));
+    let after = ask(&mut c, tenant()).await.expect("answered");
+    assert_eq!(after.overall_code, Code::OverLimit as i32, "{after:?}");
+}

@@ -31,6 +31,7 @@ pub struct ApiState {
     limiter: Option<Arc<Limiter>>,
     by_name: HashMap<Box<str>, PolicyIndex>,
     prometheus: Option<PrometheusHandle>,
+    config: Option<crate::reload::ConfigView>,
 }
 
 impl ApiState {
@@ -45,7 +46,19 @@ impl ApiState {
             limiter,
             by_name,
             prometheus,
+            config: None,
         }
+    }
+
+    /// What `GET /v1/config` shows.
+    #[must_use]
+    pub fn with_config_view(mut self, view: crate::reload::ConfigView) -> Self {
+        self.config = Some(view);
+        self
+    }
+
+    pub fn config_view(&self) -> Option<&crate::reload::ConfigView> {
+        self.config.as_ref()
     }
 
     pub fn limiter(&self) -> Option<&Arc<Limiter>> {

@@ -34,6 +34,7 @@ use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
 use crate::gates::GateApi;
+use crate::reload::CurrentRouter;
 
 /// The peer address [`serve`] records for each connection, for `ip` subjects.
 fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
@@ -97,6 +98,7 @@ pub fn router_with_gates(
         })
         .route("/metrics", get(api::metrics))
         .route("/openapi.json", get(crate::openapi::document))
+        .route("/v1/config", get(crate::reload::config))
         .route("/v1/evaluate", post(api::evaluate));
     let api = match state.limiter() {
         Some(limiter) => {
@@ -120,6 +122,20 @@ pub fn router_with_gates(
 pub async fn serve(
     listener: tokio::net::TcpListener,
     router: Router,
+    http: &HttpSettings,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    serve_current(listener, CurrentRouter::new(router), http, shutdown).await
+}
+
+/// [`serve`] through `router`, whose router a reload replaces: each request is routed by
+/// the one in force when it started.
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve_current(
+    listener: tokio::net::TcpListener,
+    router: CurrentRouter,
     http: &HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {

@@ -15,6 +15,7 @@
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
 //! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
+//! | [`reload`] | configuration reload on `SIGHUP` and file change; `GET /v1/config` |
 //! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
 //!
 //! ## Features
@@ -31,6 +32,7 @@ pub mod gates;
 pub mod hygiene;
 pub mod listener;
 pub mod openapi;
+pub mod reload;
 pub mod stream;
 pub mod subscribers;
 

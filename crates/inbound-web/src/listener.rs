@@ -26,8 +26,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use crate::reload::CurrentRouter;
 use app_bootstrap::HttpSettings;
-use axum::Router;
 use axum::body::Body;
 use axum::extract::{ConnectInfo, DefaultBodyLimit};
 use hyper::body::Incoming;
@@ -105,7 +105,7 @@ impl Throttle {
 /// None today (accept failures are retried); the type leaves room for fatal ones.
 pub async fn serve(
     listener: TcpListener,
-    router: Router,
+    router: CurrentRouter,
     limits: Limits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
@@ -181,7 +181,7 @@ fn is_connection_error(e: &std::io::Error) -> bool {
 async fn connection(
     stream: TcpStream,
     peer: SocketAddr,
-    router: Router,
+    router: CurrentRouter,
     limits: Limits,
     mut stop: watch::Receiver<()>,
 ) {

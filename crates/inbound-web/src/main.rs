@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use clap::Parser;
 use edge_middleware::limiter::names;
-use inbound_web::api::ApiState;
+use inbound_web::reload;
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// The rate-limit reference app: the middleware in front of a demo upstream, and the
@@ -62,7 +62,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(settings))
+    runtime.block_on(run(settings, sources))
 }
 
 /// The log on stderr, at `RUST_LOG`'s levels (default `info`), as text or JSON lines.
@@ -113,24 +113,11 @@ fn install_metrics() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     }
 }
 
-async fn run(settings: app_bootstrap::Settings) -> ExitCode {
+async fn run(settings: app_bootstrap::Settings, sources: app_bootstrap::Sources) -> ExitCode {
     let prometheus = install_metrics();
 
-    let mut rls = None;
-    let limiter = match app_bootstrap::build(&settings.rate_limit).await {
-        Ok(Some(runtime)) => {
-            rls = settings.grpc.bind.map(|bind| {
-                let service = inbound_grpc::RlsService::new(
-                    runtime.port().clone(),
-                    runtime.hasher().clone(),
-                    settings.rls.clone(),
-                    settings.grpc.unknown_descriptor,
-                    runtime.budget(),
-                );
-                (bind, service)
-            });
-            Some(Arc::new(runtime.into_limiter()))
-        }
+    let runtime = match app_bootstrap::build(&settings.rate_limit).await {
+        Ok(Some(runtime)) => Some(runtime),
         Ok(None) => {
             tracing::info!("rate limiting disabled: no provider, connection or task was created");
             None
@@ -140,6 +127,16 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    let rls = settings.grpc.bind.zip(runtime.as_ref()).map(|(bind, rt)| {
+        let service = inbound_grpc::RlsService::new(
+            rt.port().clone(),
+            rt.hasher().clone(),
+            settings.rls.clone(),
+            settings.grpc.unknown_descriptor,
+            rt.budget(),
+        );
+        (bind, service)
+    });
     let gates = match app_bootstrap::build_gates(&settings).await {
         Ok(g) => g.map(Arc::new),
         Err(e) => {
@@ -151,9 +148,32 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
         .as_ref()
         .map(inbound_web::gate_metrics::spawn)
         .unwrap_or_default();
-    let state = Arc::new(ApiState::new(limiter, prometheus));
     let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates.clone()));
-    let router = inbound_web::app::router_with_gates(state, &settings.routes, gate_api);
+    let view = reload::ConfigView::new(&settings, sources.file.as_deref());
+    let state = reload::app_state(runtime.as_ref(), prometheus.clone(), &view);
+    let router =
+        reload::CurrentRouter::new(reload::build_router(state, &settings, gate_api.clone()));
+    let reloader = Arc::new(reload::Reloader::new(reload::Parts {
+        sources,
+        settings: settings.clone(),
+        runtime,
+        prometheus,
+        gates: gate_api,
+        router: router.clone(),
+        rls: rls.as_ref().map(|(_, service)| service.clone()),
+        view,
+    }));
+    let mut reloads = Vec::new();
+    #[cfg(unix)]
+    match reloader.spawn_on_sighup() {
+        Ok(task) => reloads.push(task),
+        Err(e) => tracing::warn!(error = %e, "no SIGHUP handler: reload on SIGHUP is off"),
+    }
+    reloads.extend(reloader.spawn_watch());
+    metrics::gauge!(reload::names::GENERATION).set(1.0);
+    for outcome in ["applied", "refused"] {
+        metrics::counter!(reload::names::RELOADS, "outcome" => outcome).absolute(0);
+    }
     let listener = match tokio::net::TcpListener::bind(settings.http.bind).await {
         Ok(l) => l,
         Err(e) => {
@@ -177,15 +197,15 @@ async fn run(settings: app_bootstrap::Settings) -> ExitCode {
     };
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
-    let served = inbound_web::app::serve(listener, router, &settings.http, async move {
+    let served = inbound_web::app::serve_current(listener, router, &settings.http, async move {
         shutdown.await;
         let _ = stop_on_signal.send(true);
     })
     .await;
     // Also when the HTTP server ended without a signal (an error).
     let _ = stop_grpc.send(true);
-    for o in &observers {
-        o.abort();
+    for task in observers.iter().chain(&reloads) {
+        task.abort();
     }
     if let Some(task) = grpc {
         match task.await {

@@ -49,7 +49,7 @@ pub(super) fn bucket(capacity: u64, refill_amount: u64, interval_ms: u64) -> Alg
     }
 }
 
-fn set(policies: Vec<RateLimitPolicy>) -> PolicySet {
+pub(super) fn set(policies: Vec<RateLimitPolicy>) -> PolicySet {
     let default = policies[0].id().clone();
     PolicySet::new(policies, default).expect("valid set")
 }
@@ -379,3 +379,4 @@ fn provider_is_send_sync_and_debug_without_state() {
 }
 
 mod multi;
+mod reload;

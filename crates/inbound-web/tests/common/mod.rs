@@ -82,6 +82,20 @@ impl App {
         self.stderr.lock().expect("log lock").clone()
     }
 
+    /// The configuration file the app was started with (tests rewrite it to reload).
+    pub fn config_path(&self) -> std::path::PathBuf {
+        self._dir.path().join("app.toml")
+    }
+
+    /// Sends `signal` (a `kill` name: `HUP`, `KILL`, ...) to the app.
+    pub fn signal(&self, signal: &str) {
+        let status = Command::new("kill")
+            .args([&format!("-{signal}"), &self.pid().to_string()])
+            .status()
+            .expect("run kill");
+        assert!(status.success(), "kill -{signal} failed");
+    }
+
     /// Sends SIGTERM and waits (at most 10 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");

@@ -269,7 +269,8 @@ async fn serve(kind: Kind) -> Served {
         .await
         .expect("built")
         .map(Arc::new);
-    let state = Arc::new(ApiState::new(limiter.map(Arc::new), None));
+    let view = inbound_web::reload::ConfigView::new(&settings, None);
+    let state = Arc::new(ApiState::new(limiter.map(Arc::new), None).with_config_view(view));
     let router =
         inbound_web::app::router_with_gates(state, &settings.routes, Arc::new(GateApi::new(gates)));
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
@@ -496,6 +497,7 @@ async fn real_answers_have_documented_statuses_and_bodies() {
         case("delete", "/api", UPSTREAM, 400).header("x-user", &long),
         case("put", "/nowhere", UPSTREAM, 404),
         case("patch", "/apix", UPSTREAM, 404),
+        case("get", "/v1/config", "/v1/config", 200),
     ];
     let bodies = run(&app, cases).await;
     assert_eq!(bodies[3], inbound_web::openapi::DOCUMENT);

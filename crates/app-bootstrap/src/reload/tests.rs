@@ -1,0 +1,148 @@
+use super::check;
+use crate::config::{ConfigErrors, from_toml};
+use crate::settings::Settings;
+
+const BASE: &str = r#"
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "api"
+
+[rate_limit.policies.api]
+algorithm = "fixed_window"
+limit = 5
+window = "1m"
+revision = 3
+
+[rate_limit.policies.other]
+algorithm = "token_bucket"
+capacity = 10
+refill_amount = 1
+refill_interval = "1s"
+
+[[routes]]
+path_prefix = "/api"
+policy = "api"
+subject = "header:x-user"
+"#;
+
+fn settings(toml: &str) -> Settings {
+    match from_toml(toml) {
+        Ok(s) => s,
+        Err(e) => panic!("test config refused:\n{e}"),
+    }
+}
+
+fn refused(next: &str) -> ConfigErrors {
+    match check(&settings(BASE), &settings(next)) {
+        Ok(()) => panic!("the reload was taken"),
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn the_same_file_is_taken() {
+    assert_eq!(check(&settings(BASE), &settings(BASE)), Ok(()));
+}
+
+#[test]
+fn a_changed_limit_with_a_higher_revision_is_taken() {
+    let next = BASE
+        .replace("limit = 5", "limit = 50")
+        .replace("revision = 3", "revision = 4");
+    assert_eq!(check(&settings(BASE), &settings(&next)), Ok(()));
+}
+
+#[test]
+fn a_changed_limit_without_a_new_revision_is_refused_by_key_path() {
+    let e = refused(&BASE.replace("limit = 5", "limit = 50"));
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].path, "rate_limit.policies.api.revision");
+    assert!(e.0[0].problem.contains("limit"), "{e}");
+    assert!(e.0[0].problem.contains("revision = 4"), "{e}");
+}
+
+#[test]
+fn a_policy_without_a_revision_key_is_revision_one_and_follows_the_same_rule() {
+    let e = refused(&BASE.replace("capacity = 10", "capacity = 11"));
+    assert!(e.names("rate_limit.policies.other.revision"), "{e}");
+    let next = BASE.replace("capacity = 10", "capacity = 11\nrevision = 2");
+    assert_eq!(check(&settings(BASE), &settings(&next)), Ok(()));
+}
+
+#[test]
+fn a_changed_algorithm_needs_a_new_revision() {
+    let next = BASE.replace(
+        "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1m\"",
+        "algorithm = \"sliding_log\"\nlimit = 5\nwindow = \"1m\"",
+    );
+    assert!(refused(&next).names("rate_limit.policies.api.revision"));
+}
+
+#[test]
+fn a_revision_never_goes_down() {
+    let e = refused(&BASE.replace("revision = 3", "revision = 2"));
+    assert!(e.names("rate_limit.policies.api.revision"), "{e}");
+    assert!(e.0[0].problem.contains("went down from 3 to 2"), "{e}");
+}
+
+#[test]
+fn shadow_and_failure_policy_need_no_new_revision() {
+    let next = BASE.replace(
+        "revision = 3",
+        "revision = 3\nshadow = true\nfailure_policy = \"fail_open\"",
+    );
+    assert_eq!(check(&settings(BASE), &settings(&next)), Ok(()));
+}
+
+#[test]
+fn policies_and_routes_may_be_added_and_removed() {
+    let next = BASE
+        .replace(
+            "[rate_limit.policies.other]\nalgorithm = \"token_bucket\"\ncapacity = 10\nrefill_amount = 1\nrefill_interval = \"1s\"\n",
+            "[rate_limit.policies.new]\nalgorithm = \"gcra\"\nlimit = 3\nperiod = \"1s\"\nburst = 3\n",
+        )
+        .replace("path_prefix = \"/api\"", "path_prefix = \"/v2\"");
+    assert_eq!(check(&settings(BASE), &settings(&next)), Ok(()));
+}
+
+#[test]
+fn listener_provider_and_store_settings_need_a_restart() {
+    let next = format!(
+        "[http]\nbind = \"127.0.0.1:9999\"\n[log]\nformat = \"json\"\n{}",
+        BASE.replace(
+            "default_policy = \"api\"",
+            "default_policy = \"api\"\n[rate_limit.local]\nmax_keys = 10"
+        )
+    );
+    let e = refused(&next);
+    for path in ["http.bind", "log.format", "rate_limit.local.max_keys"] {
+        assert!(e.names(path), "{path} not named in:\n{e}");
+    }
+    assert!(e.0.iter().all(|p| p.problem.contains("restart")), "{e}");
+}
+
+#[test]
+fn enabling_or_disabling_rate_limiting_needs_a_restart() {
+    let e = refused(&BASE.replace("enabled = true", "enabled = false"));
+    assert!(e.names("rate_limit.enabled"), "{e}");
+}
+
+#[test]
+fn event_gates_need_a_restart() {
+    let next = format!("{BASE}\n[event_gates.signup]\nmode = \"only_once\"\nduration = \"1m\"\n");
+    let e = refused(&next);
+    assert!(e.0.iter().any(|p| p.path.starts_with("event_gates")), "{e}");
+}
+
+#[test]
+fn every_problem_is_reported_at_once() {
+    let next = BASE
+        .replace("limit = 5", "limit = 6")
+        .replace("capacity = 10", "capacity = 9")
+        .replace("[rate_limit]", "[http]\nmax_connections = 5\n[rate_limit]");
+    let e = refused(&next);
+    assert!(e.names("rate_limit.policies.api.revision"), "{e}");
+    assert!(e.names("rate_limit.policies.other.revision"), "{e}");
+    assert!(e.names("http.max_connections"), "{e}");
+}

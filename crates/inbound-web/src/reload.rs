@@ -1,0 +1,380 @@
+//! Configuration reload: on `SIGHUP` and when the configuration file changes (polled,
+//! debounced), the whole file is read and validated again and, when every rule holds, its
+//! policies, routes and descriptor rules go into force at once.
+//!
+//! The key design decision: **a reload builds a new router and swaps it in; nothing running
+//! is changed.** The HTTP server serves through [`CurrentRouter`], which picks the router in
+//! force when a request starts, so a request in flight finishes on the configuration it
+//! started with, and connections (and their keep-alive) are kept. The new limiter sits on the
+//! same stores and connections ([`app_bootstrap::RateLimitRuntime::with_settings`]): an
+//! unchanged policy keeps its state. A file that does not load, or breaks a reload rule
+//! ([`app_bootstrap::reload`]), changes nothing: the problems are logged with their key paths,
+//! counted (`config_reloads_total{outcome="refused"}`) and shown by `GET /v1/config`.
+
+use std::hash::{Hash as _, Hasher as _};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::{Duration, SystemTime};
+
+use app_bootstrap::{RateLimitRuntime, RateLimitSettings, Settings, Sources};
+use arc_swap::ArcSwap;
+use axum::Router;
+use axum::body::Body;
+use axum::extract::State;
+use axum::http::{Request, StatusCode};
+use axum::response::Response;
+use metrics_exporter_prometheus::PrometheusHandle;
+
+use crate::api::ApiState;
+use crate::gates::GateApi;
+
+/// How often the configuration file is looked at.
+pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
+/// How long the file must stay unchanged before it is read: an editor or a deploy tool that
+/// writes it in several steps is read once, after the last one.
+pub const DEBOUNCE: Duration = Duration::from_millis(300);
+
+/// The router in force, as a service: each request is routed by the router in force when it
+/// started. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CurrentRouter(Arc<ArcSwap<Router>>);
+
+impl CurrentRouter {
+    pub fn new(router: Router) -> Self {
+        Self(Arc::new(ArcSwap::from_pointee(router)))
+    }
+
+    /// Puts `router` in force for the requests that start from now on.
+    pub fn replace(&self, router: Router) {
+        self.0.store(Arc::new(router));
+    }
+}
+
+impl tower::Service<Request<Body>> for CurrentRouter {
+    type Response = Response;
+    type Error = std::convert::Infallible;
+    type Future = <Router as tower::Service<Request<Body>>>::Future;
+
+    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
+        // A router is always ready.
+        Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: Request<Body>) -> Self::Future {
+        let mut router = Router::clone(&self.0.load());
+        tower::Service::call(&mut router, request)
+    }
+}
+
+/// What `GET /v1/config` shows: the settings in force (secrets redacted) and since when, and
+/// the last refused reload, if one came after them.
+#[derive(Debug, Clone)]
+pub struct ConfigView(Arc<ArcSwap<ViewState>>);
+
+#[derive(Debug)]
+struct ViewState {
+    body: serde_json::Value,
+    refused: Option<serde_json::Value>,
+}
+
+impl ConfigView {
+    /// The view of `settings`, loaded now from `file` (generation 1).
+    pub fn new(settings: &Settings, file: Option<&std::path::Path>) -> Self {
+        let body = in_force(settings, file, 1, SystemTime::now());
+        Self(Arc::new(ArcSwap::from_pointee(ViewState {
+            body,
+            refused: None,
+        })))
+    }
+
+    fn applied(&self, body: serde_json::Value) {
+        self.0.store(Arc::new(ViewState {
+            body,
+            refused: None,
+        }));
+    }
+
+    fn refused(&self, problems: &[String]) {
+        let now = self.0.load();
+        let refused = serde_json::json!({
+            "at": rfc3339(SystemTime::now()),
+            "problems": problems,
+        });
+        self.0.store(Arc::new(ViewState {
+            body: now.body.clone(),
+            refused: Some(refused),
+        }));
+    }
+
+    /// The generation in force: 1 at start, one more per reload taken.
+    pub fn generation(&self) -> u64 {
+        self.0.load().body["generation"].as_u64().unwrap_or(0)
+    }
+
+    /// The `GET /v1/config` body.
+    pub fn body(&self) -> serde_json::Value {
+        let state = self.0.load();
+        let mut body = state.body.clone();
+        body["last_refused_reload"] = state.refused.clone().unwrap_or(serde_json::Value::Null);
+        body
+    }
+}
+
+fn in_force(
+    settings: &Settings,
+    file: Option<&std::path::Path>,
+    generation: u64,
+    loaded_at: SystemTime,
+) -> serde_json::Value {
+    // The rendering is `--check`'s: defaults filled in, secrets redacted.
+    let config = settings
+        .render()
+        .parse::<toml::Table>()
+        .ok()
+        .and_then(|t| serde_json::to_value(t).ok())
+        .unwrap_or(serde_json::Value::Null);
+    serde_json::json!({
+        "generation": generation,
+        "loaded_at": rfc3339(loaded_at),
+        "file": file.map(|f| f.display().to_string()),
+        "config": config,
+    })
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    humantime::format_rfc3339_millis(t).to_string()
+}
+
+/// `GET /v1/config`: 200 with the view; 404 problem+json when the app runs without one (a
+/// router built by a library user).
+pub async fn config(State(state): State<Arc<ApiState>>) -> Response {
+    match state.config_view() {
+        Some(view) => crate::api::json(StatusCode::OK, view.body().to_string()),
+        None => edge_middleware::problem::not_found(),
+    }
+}
+
+/// Everything a reload needs: how to read the configuration, what is in force, and where to
+/// put what replaces it.
+#[derive(Debug)]
+pub struct Reloader {
+    sources: Sources,
+    prometheus: Option<PrometheusHandle>,
+    gates: Arc<GateApi>,
+    router: CurrentRouter,
+    rls: Option<inbound_grpc::RlsService>,
+    view: ConfigView,
+    /// One reload at a time; what is in force.
+    running: tokio::sync::Mutex<Running>,
+}
+
+#[derive(Debug)]
+struct Running {
+    settings: Settings,
+    runtime: Option<RateLimitRuntime>,
+    generation: u64,
+}
+
+/// What [`app_state`] builds: the API state and the router of one configuration.
+pub fn build_router(state: Arc<ApiState>, settings: &Settings, gates: Arc<GateApi>) -> Router {
+    crate::app::router_with_gates(state, &settings.routes, gates)
+}
+
+/// The API state of `runtime` (`None`: rate limiting disabled), with the view.
+pub fn app_state(
+    runtime: Option<&RateLimitRuntime>,
+    prometheus: Option<PrometheusHandle>,
+    view: &ConfigView,
+) -> Arc<ApiState> {
+    let limiter = runtime.map(|r| Arc::new(r.clone().into_limiter()));
+    Arc::new(ApiState::new(limiter, prometheus).with_config_view(view.clone()))
+}
+
+/// The pieces of the running app a [`Reloader`] replaces.
+#[derive(Debug)]
+pub struct Parts {
+    pub sources: Sources,
+    pub settings: Settings,
+    pub runtime: Option<RateLimitRuntime>,
+    pub prometheus: Option<PrometheusHandle>,
+    pub gates: Arc<GateApi>,
+    pub router: CurrentRouter,
+    pub rls: Option<inbound_grpc::RlsService>,
+    pub view: ConfigView,
+}
+
+impl Reloader {
+    pub fn new(parts: Parts) -> Self {
+        Self {
+            sources: parts.sources,
+            prometheus: parts.prometheus,
+            gates: parts.gates,
+            router: parts.router,
+            rls: parts.rls,
+            view: parts.view,
+            running: tokio::sync::Mutex::new(Running {
+                settings: parts.settings,
+                runtime: parts.runtime,
+                generation: 1,
+            }),
+        }
+    }
+
+    /// Reads the configuration again and puts it in force, or changes nothing. `trigger`
+    /// (`"SIGHUP"`, `"file change"`) is logged.
+    ///
+    /// # Errors
+    /// Every problem (key path: what is wrong) when the new configuration is refused.
+    pub async fn reload(&self, trigger: &str) -> Result<u64, Vec<String>> {
+        let mut running = self.running.lock().await;
+        let result = self.next(&running).await;
+        match result {
+            Ok((settings, runtime)) => {
+                let generation = running.generation + 1;
+                let state = app_state(runtime.as_ref(), self.prometheus.clone(), &self.view);
+                let router = build_router(state, &settings, self.gates.clone());
+                if let (Some(rls), Some(rt)) = (&self.rls, &runtime) {
+                    rls.replace_with(&inbound_grpc::RlsService::new(
+                        rt.port().clone(),
+                        rt.hasher().clone(),
+                        settings.rls.clone(),
+                        settings.grpc.unknown_descriptor,
+                        rt.budget(),
+                    ));
+                }
+                self.router.replace(router);
+                self.view.applied(in_force(
+                    &settings,
+                    self.sources.file.as_deref(),
+                    generation,
+                    SystemTime::now(),
+                ));
+                *running = Running {
+                    settings,
+                    runtime,
+                    generation,
+                };
+                metrics::counter!(names::RELOADS, "outcome" => "applied").increment(1);
+                metrics::gauge!(names::GENERATION).set(generation as f64);
+                tracing::info!(trigger, generation, "configuration reloaded");
+                Ok(generation)
+            }
+            Err(problems) => {
+                metrics::counter!(names::RELOADS, "outcome" => "refused").increment(1);
+                for p in &problems {
+                    tracing::error!(trigger, problem = %p, "configuration reload refused");
+                }
+                tracing::warn!(
+                    trigger,
+                    generation = running.generation,
+                    problems = problems.len(),
+                    "configuration reload refused; the configuration in force is unchanged"
+                );
+                self.view.refused(&problems);
+                Err(problems)
+            }
+        }
+    }
+
+    /// The settings and runtime that would replace `running`, or why not.
+    async fn next(
+        &self,
+        running: &Running,
+    ) -> Result<(Settings, Option<RateLimitRuntime>), Vec<String>> {
+        let lines = |e: app_bootstrap::ConfigErrors| -> Vec<String> {
+            e.0.iter().map(ToString::to_string).collect()
+        };
+        let settings = app_bootstrap::load(&self.sources).map_err(lines)?;
+        app_bootstrap::reload::check(&running.settings, &settings).map_err(lines)?;
+        let runtime = match (&running.runtime, &settings.rate_limit) {
+            (Some(rt), RateLimitSettings::Enabled(e)) => Some(
+                rt.with_settings(e)
+                    .map_err(|e| vec![format!("rate_limit.policies: {e}")])?,
+            ),
+            // The check refuses a change of `rate_limit.enabled`.
+            _ => None,
+        };
+        Ok((settings, runtime))
+    }
+
+    /// Reloads on every `SIGHUP` until the process ends. The handler is installed before this
+    /// returns (an early `SIGHUP` would otherwise end the process: its default action).
+    ///
+    /// # Errors
+    /// When the signal handler cannot be installed.
+    #[cfg(unix)]
+    pub fn spawn_on_sighup(self: &Arc<Self>) -> std::io::Result<tokio::task::JoinHandle<()>> {
+        use tokio::signal::unix::{SignalKind, signal};
+        let mut hangup = signal(SignalKind::hangup())?;
+        let me = self.clone();
+        Ok(tokio::spawn(async move {
+            while hangup.recv().await.is_some() {
+                let _ = me.reload("SIGHUP").await;
+            }
+        }))
+    }
+
+    /// Reloads when the configuration file's content changes (looked at every
+    /// [`POLL_INTERVAL`], read once it stayed the same for [`DEBOUNCE`]), while the settings in
+    /// force say `reload.watch = true`. `None` without a file.
+    pub fn spawn_watch(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
+        let path = self.sources.file.clone()?;
+        let me = self.clone();
+        Some(tokio::spawn(async move { me.watch(path).await }))
+    }
+
+    async fn watch(&self, path: PathBuf) {
+        let mut loaded = fingerprint(&path).await;
+        let mut tick = tokio::time::interval(POLL_INTERVAL);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        loop {
+            tick.tick().await;
+            if !self.running.lock().await.settings.reload.watch {
+                // Off (`reload.watch = false`) until a SIGHUP reload turns it on; the file is
+                // taken as seen, so turning it on reloads on the next change only.
+                loaded = fingerprint(&path).await;
+                continue;
+            }
+            let seen = fingerprint(&path).await;
+            if seen == loaded {
+                continue;
+            }
+            // Changed: wait until it holds still.
+            let mut settled = seen;
+            loop {
+                tokio::time::sleep(DEBOUNCE).await;
+                let again = fingerprint(&path).await;
+                if again == settled {
+                    break;
+                }
+                settled = again;
+            }
+            loaded = settled;
+            // A file that cannot be read is reported by the reload (on `--config`), once per
+            // change.
+            let _ = self.reload("file change").await;
+        }
+    }
+}
+
+/// The file's content as a hash (`None`: it cannot be read). Content, not mtime: a touch or a
+/// rewrite with the same bytes is no change.
+async fn fingerprint(path: &std::path::Path) -> Option<u64> {
+    let path = path.to_owned();
+    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+        .await
+        .ok()?
+        .ok()?;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    bytes.hash(&mut h);
+    Some(h.finish())
+}
+
+/// The reload metrics' names.
+pub mod names {
+    /// Counter, label `outcome` = `applied` | `refused`.
+    pub const RELOADS: &str = "config_reloads_total";
+    /// Gauge: the generation in force (1 at start).
+    pub const GENERATION: &str = "config_generation";
+}
