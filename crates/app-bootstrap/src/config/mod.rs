@@ -41,8 +41,13 @@ mod log;
 mod policies;
 mod rate_limit;
 pub(crate) mod reader;
+#[cfg(feature = "redis")]
 mod redis;
 mod routes;
+
+#[cfg(all(test, not(all(feature = "redis", feature = "local"))))]
+#[path = "feature_tests.rs"]
+mod feature_tests;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -200,7 +205,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let log = log::read(&mut c, root.get("log"));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
-    let event_gates = gates::read(&mut c, root.get("event_gates"));
+    let event_gates = gates::read(&mut c, root.get("event_gates"), rate_limit.gate_provider);
     // With a [rate_limit] that has problems of its own, "needs rate limiting" would be noise.
     let enabled = rate_limit
         .settings
