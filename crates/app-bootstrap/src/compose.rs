@@ -6,6 +6,9 @@
 //! redis:  RedisProvider -> CircuitBreaker (unless disabled) -> LocalFallback (fallback_local)
 //! ```
 //!
+//! Each provider is built only in a build with its feature; the breaker needs `redis`, the
+//! fallback `local`.
+//!
 //! `fail_open` is not a decorator: the port's outcome stays what the provider said, and the
 //! edge lets the request through because the policy's `failure_policy()` says so (so the
 //! response can report the truth and the allow at once). `fail_closed` needs nothing.
@@ -13,22 +16,48 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "local")]
 use adapter_local::LocalProvider;
+#[cfg(feature = "redis")]
 use adapter_redis::RedisProvider;
-use edge_middleware::{BreakerGauge, Limiter, SubjectHasher, SubjectSecret};
-use shared_contract::{Clock, EdgeRateLimitPort, FailurePolicy, SystemClock};
+#[cfg(feature = "redis")]
+use edge_middleware::BreakerGauge;
+#[cfg(any(feature = "local", feature = "redis"))]
+use edge_middleware::SubjectSecret;
+use edge_middleware::{Limiter, SubjectHasher};
+#[cfg(any(feature = "local", feature = "redis"))]
+use shared_contract::{Clock, SystemClock};
+use shared_contract::{EdgeRateLimitPort, FailurePolicy};
 
+#[cfg(feature = "redis")]
 use crate::breaker::CircuitBreaker;
+#[cfg(all(feature = "local", feature = "redis"))]
 use crate::fallback::LocalFallback;
-use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
+#[cfg(feature = "redis")]
+use crate::features::Feature;
+use crate::features::unavailable;
+#[cfg(any(feature = "local", feature = "redis"))]
+use crate::settings::ProviderSettings;
+#[cfg(feature = "redis")]
+use crate::settings::RedisProviderSettings;
+use crate::settings::{EnabledSettings, RateLimitSettings};
 
 /// Why the limiter could not be built from valid settings.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum BuildError {
     /// The Redis provider refused its settings (the message names the key).
+    #[cfg(feature = "redis")]
     #[error(transparent)]
     Redis(#[from] adapter_redis::Error),
+    /// Settings built by hand (configuration refuses them) need what this build lacks: a
+    /// `fallback_local` policy without the `local` feature, or local event gates.
+    #[error("{}", unavailable(what, feature))]
+    Unavailable {
+        what: &'static str,
+        /// The feature to build with.
+        feature: &'static str,
+    },
 }
 
 /// An enabled limiter: the composed port and what the edge needs around it. An application
@@ -39,6 +68,7 @@ pub struct RateLimitRuntime {
     hasher: SubjectHasher,
     failure_policy: FailurePolicy,
     budget: Duration,
+    #[cfg(feature = "redis")]
     breaker: Option<Arc<CircuitBreaker>>,
     provider: &'static str,
     /// What a reload composes again: the providers under the decorators.
@@ -46,16 +76,22 @@ pub struct RateLimitRuntime {
 }
 
 /// The providers of a runtime, kept so that a reload puts the same stores and connections
-/// behind the new policies.
+/// behind the new policies. Without a provider feature it has no variant (nothing enabled
+/// can be built).
 #[derive(Debug, Clone)]
 enum Base {
+    #[cfg(feature = "local")]
     Local(Arc<LocalProvider>),
+    #[cfg(feature = "redis")]
     Redis {
         redis: Arc<RedisProvider>,
         /// The local fallback's store, once some policy asked for it; kept when a reload no
         /// longer needs it, so a later one finds its state again.
+        #[cfg(feature = "local")]
         fallback: Option<Arc<LocalProvider>>,
+        #[cfg(feature = "local")]
         clock: Arc<dyn Clock>,
+        #[cfg(feature = "local")]
         local: adapter_local::LocalSettings,
     },
 }
@@ -80,6 +116,7 @@ impl RateLimitRuntime {
     }
 
     /// The circuit breaker, when there is one (redis provider).
+    #[cfg(feature = "redis")]
     pub fn breaker(&self) -> Option<&Arc<CircuitBreaker>> {
         self.breaker.as_ref()
     }
@@ -97,51 +134,85 @@ impl RateLimitRuntime {
     /// the caller refuses a reload that changes them ([`crate::reload`]).
     ///
     /// # Errors
-    /// [`BuildError`] when the provider refuses a policy.
+    /// [`BuildError`] when the provider refuses a policy, or a policy needs the local fallback
+    /// in a build without the `local` feature.
+    // Without a provider feature `Base` has no value: the match ends the function.
+    #[cfg_attr(
+        not(any(feature = "local", feature = "redis")),
+        allow(unreachable_code, unused_mut, unused_variables)
+    )]
     pub fn with_settings(&self, settings: &EnabledSettings) -> Result<Self, BuildError> {
-        let policies = settings.policies.clone();
         let mut next = self.clone();
         next.failure_policy = settings.failure_policy;
-        match &self.base {
-            Base::Local(local) => {
-                let local = Arc::new(local.with_policies(policies));
+        match self.base {
+            #[cfg(feature = "local")]
+            Base::Local(ref local) => {
+                let local = Arc::new(local.with_policies(settings.policies.clone()));
                 next.port = local.clone();
                 next.base = Base::Local(local);
             }
-            Base::Redis {
-                redis,
-                fallback,
-                clock,
-                local,
-            } => {
-                let redis = Arc::new(redis.with_policies(policies.clone())?);
-                let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
-                if let Some(b) = &self.breaker {
-                    let b = Arc::new(b.with_inner(port));
-                    next.breaker = Some(b.clone());
-                    port = b;
-                }
-                let fallback =
-                    match fallback {
-                        Some(f) => Some(Arc::new(f.with_policies(policies.clone()))),
-                        None if needs_fallback(settings) => Some(Arc::new(
-                            LocalProvider::fallback(policies.clone(), clock.clone(), *local),
-                        )),
-                        None => None,
-                    };
-                if let Some(f) = fallback.as_ref().filter(|_| needs_fallback(settings)) {
-                    port = Arc::new(LocalFallback::new(port, f.clone()));
-                }
-                next.port = port;
-                next.base = Base::Redis {
-                    redis,
-                    fallback,
-                    clock: clock.clone(),
-                    local: *local,
-                };
-            }
+            #[cfg(feature = "redis")]
+            Base::Redis { .. } => self.reload_redis(settings, &mut next)?,
         }
         Ok(next)
+    }
+
+    // With `redis` alone, `Base` has one variant and the `let ... else` cannot fail.
+    #[cfg(feature = "redis")]
+    #[allow(irrefutable_let_patterns)]
+    fn reload_redis(&self, settings: &EnabledSettings, next: &mut Self) -> Result<(), BuildError> {
+        #[cfg(feature = "local")]
+        let Base::Redis {
+            redis,
+            fallback,
+            clock,
+            local,
+        } = &self.base
+        else {
+            return Ok(());
+        };
+        #[cfg(not(feature = "local"))]
+        let Base::Redis { redis } = &self.base
+        else {
+            return Ok(());
+        };
+        let needs_fallback = needs_fallback(settings)?;
+        let policies = settings.policies.clone();
+        let redis = Arc::new(redis.with_policies(policies.clone())?);
+        let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
+        if let Some(b) = &self.breaker {
+            let b = Arc::new(b.with_inner(port));
+            next.breaker = Some(b.clone());
+            port = b;
+        }
+        #[cfg(feature = "local")]
+        {
+            let fallback = match fallback {
+                Some(f) => Some(Arc::new(f.with_policies(policies.clone()))),
+                None if needs_fallback => Some(Arc::new(LocalProvider::fallback(
+                    policies,
+                    clock.clone(),
+                    *local,
+                ))),
+                None => None,
+            };
+            if let Some(f) = fallback.as_ref().filter(|_| needs_fallback) {
+                port = Arc::new(LocalFallback::new(port, f.clone()));
+            }
+            next.base = Base::Redis {
+                redis,
+                fallback,
+                clock: clock.clone(),
+                local: *local,
+            };
+        }
+        #[cfg(not(feature = "local"))]
+        {
+            let _ = needs_fallback;
+            next.base = Base::Redis { redis };
+        }
+        next.port = port;
+        Ok(())
     }
 
     /// The middleware's limiter over this runtime: its port, hasher, failure policy, budget and
@@ -151,14 +222,16 @@ impl RateLimitRuntime {
     pub fn into_limiter(self) -> Limiter {
         let limiter = Limiter::new(self.port, self.hasher, self.failure_policy, self.budget)
             .with_provider_name(self.provider);
-        match self.breaker {
-            Some(breaker) => limiter.with_breaker(breaker),
-            None => limiter,
+        #[cfg(feature = "redis")]
+        if let Some(breaker) = self.breaker {
+            return limiter.with_breaker(breaker);
         }
+        limiter
     }
 }
 
 /// The breaker as the edge's `/metrics` shows it.
+#[cfg(feature = "redis")]
 impl BreakerGauge for CircuitBreaker {
     fn gauge(&self) -> f64 {
         self.state().gauge()
@@ -171,7 +244,8 @@ impl BreakerGauge for CircuitBreaker {
 /// Must be called inside a Tokio runtime when the provider is redis.
 ///
 /// # Errors
-/// [`BuildError`] when the provider refuses its settings.
+/// [`BuildError`] when the provider refuses its settings, or when they need what this build
+/// lacks (settings built by hand; configuration refuses them).
 pub async fn build(settings: &RateLimitSettings) -> Result<Option<RateLimitRuntime>, BuildError> {
     match settings {
         RateLimitSettings::Disabled => Ok(None),
@@ -180,83 +254,118 @@ pub async fn build(settings: &RateLimitSettings) -> Result<Option<RateLimitRunti
 }
 
 async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildError> {
+    // Without a provider feature the enum has no variant: nothing enabled exists to build.
+    match e.provider {
+        #[cfg(feature = "local")]
+        ProviderSettings::Local => Ok(local(e)),
+        #[cfg(feature = "redis")]
+        ProviderSettings::Redis(ref r) => redis(e, r).await,
+    }
+}
+
+/// The subject hasher of `e`: keyed with its secret, or a random per-process key.
+#[cfg(any(feature = "local", feature = "redis"))]
+fn hasher(e: &EnabledSettings) -> SubjectHasher {
     let secret = e
         .subject_secret
         .clone()
         .unwrap_or_else(SubjectSecret::random);
-    let hasher = SubjectHasher::new(&secret);
+    SubjectHasher::new(&secret)
+}
+
+#[cfg(feature = "local")]
+fn local(e: &EnabledSettings) -> RateLimitRuntime {
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    match &e.provider {
-        ProviderSettings::Local => {
-            let port = Arc::new(LocalProvider::new(e.policies.clone(), clock, e.local));
-            let base = Base::Local(port.clone());
-            tracing::info!(
-                policies = e.policies.iter().count(),
-                "rate limiting enabled: local provider"
-            );
-            Ok(RateLimitRuntime {
-                port,
-                hasher,
-                failure_policy: e.failure_policy,
-                budget: Duration::from_secs(1),
-                breaker: None,
-                provider: "local",
-                base,
-            })
-        }
-        ProviderSettings::Redis(r) => {
-            let redis =
-                Arc::new(RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?);
-            let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
-            let mut breaker = None;
-            if e.breaker.enabled {
-                let b = Arc::new(CircuitBreaker::with_clock(port, e.breaker, clock.clone()));
-                breaker = Some(b.clone());
-                port = b;
-            }
-            // The global failure policy, or any policy's own, may ask for the fallback; the
-            // decorator falls back only for the policies that do.
-            let mut fallback = None;
-            if needs_fallback(e) {
-                let local = Arc::new(LocalProvider::fallback(
-                    e.policies.clone(),
-                    clock.clone(),
-                    e.local,
-                ));
-                fallback = Some(local.clone());
-                port = Arc::new(LocalFallback::new(port, local));
-            }
-            tracing::info!(
-                policies = e.policies.iter().count(),
-                failure_policy = e.failure_policy.as_str(),
-                breaker = e.breaker.enabled,
-                "rate limiting enabled: redis provider"
-            );
-            Ok(RateLimitRuntime {
-                port,
-                hasher,
-                failure_policy: e.failure_policy,
-                // The provider refuses a deadline shorter than its command timeout; the margin
-                // covers the time between taking the deadline and the provider's check.
-                budget: (r.redis.command_timeout + Duration::from_millis(100))
-                    .min(shared_contract::Deadline::MAX_BUDGET),
-                breaker,
-                provider: "redis",
-                base: Base::Redis {
-                    redis,
-                    fallback,
-                    clock,
-                    local: e.local,
-                },
-            })
-        }
+    let port = Arc::new(LocalProvider::new(e.policies.clone(), clock, e.local));
+    tracing::info!(
+        policies = e.policies.iter().count(),
+        "rate limiting enabled: local provider"
+    );
+    RateLimitRuntime {
+        port: port.clone(),
+        hasher: hasher(e),
+        failure_policy: e.failure_policy,
+        budget: Duration::from_secs(1),
+        #[cfg(feature = "redis")]
+        breaker: None,
+        provider: "local",
+        base: Base::Local(port),
     }
 }
 
+#[cfg(feature = "redis")]
+async fn redis(
+    e: &EnabledSettings,
+    r: &RedisProviderSettings,
+) -> Result<RateLimitRuntime, BuildError> {
+    // Checked before connecting.
+    let fallback = needs_fallback(e)?;
+    let clock: Arc<dyn Clock> = Arc::new(SystemClock);
+    let redis = Arc::new(RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?);
+    let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
+    let mut breaker = None;
+    if e.breaker.enabled {
+        let b = Arc::new(CircuitBreaker::with_clock(port, e.breaker, clock.clone()));
+        breaker = Some(b.clone());
+        port = b;
+    }
+    #[cfg(feature = "local")]
+    let fallback = fallback.then(|| {
+        let local = Arc::new(LocalProvider::fallback(
+            e.policies.clone(),
+            clock.clone(),
+            e.local,
+        ));
+        port = Arc::new(LocalFallback::new(port.clone(), local.clone()));
+        local
+    });
+    #[cfg(not(feature = "local"))]
+    let _ = (fallback, clock);
+    tracing::info!(
+        policies = e.policies.iter().count(),
+        failure_policy = e.failure_policy.as_str(),
+        breaker = e.breaker.enabled,
+        "rate limiting enabled: redis provider"
+    );
+    Ok(RateLimitRuntime {
+        port,
+        hasher: hasher(e),
+        failure_policy: e.failure_policy,
+        // The provider refuses a deadline shorter than its command timeout; the margin covers
+        // the time between taking the deadline and the provider's check.
+        budget: (r.redis.command_timeout + Duration::from_millis(100))
+            .min(shared_contract::Deadline::MAX_BUDGET),
+        breaker,
+        provider: "redis",
+        #[cfg(feature = "local")]
+        base: Base::Redis {
+            redis,
+            fallback,
+            clock,
+            local: e.local,
+        },
+        #[cfg(not(feature = "local"))]
+        base: Base::Redis { redis },
+    })
+}
+
 /// Whether any policy (by its own failure policy or the global one) asks for the local
-/// fallback.
-fn needs_fallback(e: &EnabledSettings) -> bool {
-    e.policies
+/// fallback; the decorator falls back only for the policies that do.
+///
+/// # Errors
+/// [`BuildError::Unavailable`] when one does in a build without the `local` feature: such
+/// settings are refused, not run fail-closed.
+#[cfg(feature = "redis")]
+fn needs_fallback(e: &EnabledSettings) -> Result<bool, BuildError> {
+    let fallback = e
+        .policies
         .iter()
-        .any(|p| p.failure_policy() == FailurePolicy::FallbackLocal)
+        .any(|p| p.failure_policy() == FailurePolicy::FallbackLocal);
+    if fallback && !Feature::Local.compiled() {
+        return Err(BuildError::Unavailable {
+            what: "failure_policy \"fallback_local\"",
+            feature: Feature::Local.name(),
+        });
+    }
+    Ok(fallback)
 }

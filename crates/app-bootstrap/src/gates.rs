@@ -15,20 +15,29 @@
 //! The key design decision: **no gate configured means nothing exists**, as for rate
 //! limiting: [`build_gates`] answers `None`, and no provider, connection or task is created.
 //! Rate limiting disabled but gates configured: the gates are local (a disabled limiter has
-//! no Redis settings to share).
+//! no Redis settings to share). Each provider exists only with its feature (`redis`,
+//! `local`); configuration refuses gates the build cannot serve.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+#[cfg(feature = "local")]
 use adapter_local::{LocalGateProvider, LocalGatePublisher};
+#[cfg(feature = "redis")]
 use adapter_redis::{RedisGateProvider, RedisGateSettings};
-use shared_contract::gate::EventGatePort;
-use shared_contract::{Deadline, SystemClock};
+#[cfg(feature = "redis")]
+use shared_contract::Deadline;
+#[cfg(feature = "local")]
+use shared_contract::SystemClock;
+use shared_contract::gate::{EventGatePort, GateSet};
 
 use crate::compose::BuildError;
-use crate::settings::{ProviderSettings, RateLimitSettings, Settings};
+use crate::settings::Settings;
+#[cfg(feature = "redis")]
+use crate::settings::{RateLimitSettings, RedisProviderSettings};
 
 /// How often the local publisher publishes due events (and sweeps, every 100th round).
+#[cfg(feature = "local")]
 pub const LOCAL_PUBLISH_INTERVAL: Duration = LocalGatePublisher::INTERVAL;
 
 /// The running gates: the port and what stops its background work.
@@ -42,7 +51,9 @@ pub struct GateRuntime {
 
 #[derive(Debug)]
 enum Stop {
+    #[cfg(feature = "local")]
     Local(LocalGatePublisher),
+    #[cfg(feature = "redis")]
     Redis(Arc<RedisGateProvider>),
 }
 
@@ -64,9 +75,12 @@ impl GateRuntime {
 
     /// Stops the background publisher(s) and waits for them. Idempotent.
     pub async fn shutdown(&self) {
-        match &self.stop {
-            Stop::Local(publisher) => publisher.shutdown().await,
-            Stop::Redis(p) => p.shutdown().await,
+        // Without a provider feature there is no variant, and no runtime to stop.
+        match self.stop {
+            #[cfg(feature = "local")]
+            Stop::Local(ref publisher) => publisher.shutdown().await,
+            #[cfg(feature = "redis")]
+            Stop::Redis(ref p) => p.shutdown().await,
         }
     }
 }
@@ -76,46 +90,71 @@ impl GateRuntime {
 /// Must be called inside a Tokio runtime.
 ///
 /// # Errors
-/// [`BuildError`] when the Redis gate provider refuses its settings.
+/// [`BuildError`] when the Redis gate provider refuses its settings, or when the gates are
+/// local in a build without the `local` feature (settings built by hand; configuration
+/// refuses them).
 pub async fn build_gates(settings: &Settings) -> Result<Option<GateRuntime>, BuildError> {
     let gates = settings.event_gates.clone();
     if gates.is_empty() {
         return Ok(None);
     }
-    let count = gates.iter().count();
+    #[cfg(feature = "redis")]
     if let RateLimitSettings::Enabled(e) = &settings.rate_limit
-        && let ProviderSettings::Redis(r) = &e.provider
+        && let Some(r) = e.provider.redis()
     {
-        let provider = Arc::new(
-            RedisGateProvider::connect(r.redis.clone(), gates, RedisGateSettings::default())
-                .await?,
-        );
-        tracing::info!(gates = count, "event gates: redis provider");
-        return Ok(Some(GateRuntime {
-            port: provider.clone(),
-            provider: "redis",
-            budget: (r.redis.command_timeout + Duration::from_millis(100))
-                .min(Deadline::MAX_BUDGET),
-            stop: Stop::Redis(provider),
-        }));
+        return redis(r, gates).await.map(Some);
     }
+    local(gates).map(Some)
+}
+
+#[cfg(feature = "redis")]
+async fn redis(r: &RedisProviderSettings, gates: GateSet) -> Result<GateRuntime, BuildError> {
+    let count = gates.iter().count();
+    let provider = Arc::new(
+        RedisGateProvider::connect(r.redis.clone(), gates, RedisGateSettings::default()).await?,
+    );
+    tracing::info!(gates = count, "event gates: redis provider");
+    Ok(GateRuntime {
+        port: provider.clone(),
+        provider: "redis",
+        budget: (r.redis.command_timeout + Duration::from_millis(100)).min(Deadline::MAX_BUDGET),
+        stop: Stop::Redis(provider),
+    })
+}
+
+/// The local gates (rate limiting disabled, or not on the redis provider).
+#[cfg(feature = "local")]
+fn local(gates: GateSet) -> Result<GateRuntime, BuildError> {
+    let count = gates.iter().count();
     let provider = Arc::new(LocalGateProvider::new(gates, Arc::new(SystemClock)));
     let publisher = LocalGatePublisher::spawn(provider.clone());
     tracing::info!(gates = count, "event gates: local provider");
-    Ok(Some(GateRuntime {
+    Ok(GateRuntime {
         port: provider,
         provider: "local",
         budget: Duration::from_secs(1),
         stop: Stop::Local(publisher),
-    }))
+    })
+}
+
+#[cfg(not(feature = "local"))]
+fn local(_: GateSet) -> Result<GateRuntime, BuildError> {
+    Err(BuildError::Unavailable {
+        what: "the local gate provider",
+        feature: crate::features::Feature::Local.name(),
+    })
 }
 
 #[cfg(test)]
 mod tests {
+    #[cfg(feature = "local")]
     use std::num::NonZeroUsize;
 
     use super::*;
     use crate::config::from_toml;
+    #[cfg(feature = "local")]
+    use shared_contract::Deadline;
+    #[cfg(feature = "local")]
     use shared_contract::gate::{
         EventId, EventKey, GateId, GateOutcome, SubmitOutcome, SubmitRequest,
     };
@@ -127,6 +166,7 @@ mod tests {
         }
     }
 
+    #[cfg(feature = "local")]
     #[test]
     fn gates_are_read_with_their_defaults_and_optional_fields() {
         let s = from_toml(
@@ -187,6 +227,7 @@ mod tests {
         assert!(build_gates(&s).await.expect("built").is_none());
     }
 
+    #[cfg(feature = "local")]
     #[tokio::test]
     async fn the_local_publisher_publishes_without_traffic_and_stops_on_shutdown() {
         let s = from_toml("[event_gates.g]\nmode = \"only_once\"\nduration = \"30ms\"\n")

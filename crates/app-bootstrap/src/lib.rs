@@ -9,8 +9,8 @@
 //! | --- | --- |
 //! | [`config`] | figment (TOML + `APP_` env) and the validation pass that reports every problem with its key path |
 //! | [`settings`] | the validated settings, and their redacted rendering for `--check` |
-//! | [`breaker`] | the circuit breaker decorator around the redis provider |
-//! | [`fallback`] | the `fallback_local` decorator |
+//! | `breaker` | the circuit breaker decorator around the redis provider (feature `redis`) |
+//! | `fallback` | the `fallback_local` decorator (feature `local`) |
 //! | [`compose`] | settings -> [`RateLimitRuntime`] |
 //! | [`gates`] | `[event_gates.*]` -> [`GateRuntime`] (the gate provider and its publisher) |
 //! | [`reload`] | which changes a running app takes on a configuration reload, and the revision rule |
@@ -22,25 +22,43 @@
 //!
 //! ## Features
 //!
+//! Each provider is a feature, so that an embedder compiles only the one it uses
+//! (`default-features = false, features = ["local"]` reaches no Redis driver and no TLS).
+//! Configuration is read the same in every build: a file that asks for a provider, or a
+//! section of one, that the build lacks is refused at validation with its key path
+//! (`rate_limit.provider: "redis" is not available: app-bootstrap was built without its
+//! `redis` feature`).
+//!
 //! | feature | default | what |
 //! | --- | --- | --- |
-//! | (none) | | this crate has no optional features |
+//! | `redis` | yes | the Redis provider and gates (`adapter-redis`), the circuit breaker around them, `[rate_limit.redis]` and `[rate_limit.circuit_breaker]` |
+//! | `local` | yes | the local provider and gates (`adapter-local`), the `fallback_local` decorator, `[rate_limit.local]`; event gates are local unless rate limiting is enabled with the redis provider |
+//!
+//! With neither, the crate still builds (configuration, routes, the subject hasher) and
+//! refuses every configuration that enables rate limiting or an event gate.
 
+#[cfg(feature = "redis")]
 pub mod breaker;
 pub mod compose;
 pub mod config;
+#[cfg(feature = "local")]
 pub mod fallback;
+mod features;
 pub mod gates;
 pub mod reload;
 pub mod settings;
 
+#[cfg(feature = "redis")]
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
 pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
+#[cfg(feature = "redis")]
+pub use settings::BreakerSettings;
 pub use settings::{
-    BreakerSettings, CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition,
-    HttpSettings, LogFormat, LogSettings, ProviderSettings, RateLimitSettings, ReloadSettings,
-    RouteSettings, Settings, SubjectSource, UnknownDescriptor,
+    CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition, HttpSettings,
+    LogFormat, LogSettings, ProviderSettings, RateLimitSettings, ReloadSettings, RouteSettings,
+    Settings,
+    SubjectSource, UnknownDescriptor,
 };

@@ -207,5 +207,6 @@ fn shown(value: Option<&str>) -> String {
     }
 }
 
-#[cfg(test)]
+// The fixtures use the local provider.
+#[cfg(all(test, feature = "local"))]
 mod tests;

@@ -8,7 +8,9 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
+#[cfg(feature = "local")]
 use adapter_local::LocalSettings;
+#[cfg(feature = "redis")]
 use adapter_redis::RedisSettings;
 use edge_middleware::SubjectSecret;
 use shared_contract::gate::GateSet;
@@ -195,8 +197,10 @@ pub enum RateLimitSettings {
     Enabled(Box<EnabledSettings>),
 }
 
-/// An enabled limiter's settings.
+/// An enabled limiter's settings. Which fields exist depends on the crate's features (hence
+/// `non_exhaustive`: enabling a feature elsewhere in a build must not break a constructor).
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub struct EnabledSettings {
     pub provider: ProviderSettings,
     pub policies: PolicySet,
@@ -208,30 +212,50 @@ pub struct EnabledSettings {
     /// against the configuration file's directory), shown by `--check`.
     pub subject_secret_file: Option<PathBuf>,
     /// `[rate_limit.local]`: the local provider's, and the local fallback's, bounds.
+    #[cfg(feature = "local")]
     pub local: LocalSettings,
     /// `[rate_limit.circuit_breaker]`, applied around the redis provider.
+    #[cfg(feature = "redis")]
     pub breaker: BreakerSettings,
 }
 
-/// Which provider answers.
+/// Which provider answers: one variant per provider this build holds (features `local` and
+/// `redis`), so that a provider not compiled in cannot be chosen. Without either feature
+/// there is none, and configuration refuses every enabled section.
 // Built once at start-up; boxing the redis settings would buy nothing.
 #[allow(clippy::large_enum_variant)]
 #[derive(Debug, Clone)]
+#[non_exhaustive]
 pub enum ProviderSettings {
+    #[cfg(feature = "local")]
     Local,
+    #[cfg(feature = "redis")]
     Redis(RedisProviderSettings),
 }
 
 impl ProviderSettings {
     pub fn name(&self) -> &'static str {
-        match self {
+        match *self {
+            #[cfg(feature = "local")]
             ProviderSettings::Local => "local",
+            #[cfg(feature = "redis")]
             ProviderSettings::Redis(_) => "redis",
+        }
+    }
+
+    /// The redis provider's settings; `None` for another provider.
+    #[cfg(feature = "redis")]
+    pub fn redis(&self) -> Option<&RedisProviderSettings> {
+        match self {
+            ProviderSettings::Redis(r) => Some(r),
+            #[cfg(feature = "local")]
+            ProviderSettings::Local => None,
         }
     }
 }
 
 /// `[rate_limit.redis]` (role checked: coordination).
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone)]
 pub struct RedisProviderSettings {
     pub redis: RedisSettings,
@@ -240,6 +264,7 @@ pub struct RedisProviderSettings {
 }
 
 /// Where `[rate_limit.redis]`'s password came from.
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub enum PasswordSource {
     /// No password.
@@ -253,7 +278,8 @@ pub enum PasswordSource {
     File(PathBuf),
 }
 
-/// `[rate_limit.circuit_breaker]`.
+/// `[rate_limit.circuit_breaker]` (feature `redis`: the breaker guards the redis provider).
+#[cfg(feature = "redis")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerSettings {
     pub enabled: bool,
@@ -263,6 +289,7 @@ pub struct BreakerSettings {
     pub cool_down: Duration,
 }
 
+#[cfg(feature = "redis")]
 impl BreakerSettings {
     /// The longest accepted `cool_down`.
     pub const MAX_COOL_DOWN: Duration = Duration::from_secs(3600);
@@ -299,6 +326,7 @@ impl BreakerSettings {
     }
 }
 
+#[cfg(feature = "redis")]
 impl Default for BreakerSettings {
     fn default() -> Self {
         Self {

@@ -1,10 +1,13 @@
 //! `[event_gates.<id>]`: every event gate, each field read here (types, names) and then
 //! checked by [`GateSettings::new`] (ranges), whose field names complete the key path.
+//! A gate is refused when its provider (the rate limiter's, see `crate::gates`) is not
+//! compiled in.
 
 use figment::value::{Dict, Value};
 use shared_contract::gate::{GateId, GateMode, GateSet, GateSettings, GateSpec};
 
 use super::reader::{Check, Toml, join};
+use crate::features::Feature;
 
 pub(super) const P: &str = "event_gates";
 
@@ -16,8 +19,9 @@ const KEYS: &[&str] = &[
     "max_clock_regression",
 ];
 
-/// Every gate; `None` when one has problems (reported). No section: no gate.
-pub(super) fn read(c: &mut Check, v: Option<&Value>) -> Option<GateSet> {
+/// Every gate; `None` when one has problems (reported). No section: no gate. `provider`:
+/// the gates' provider, `None` when `[rate_limit]` does not say (its problems are reported).
+pub(super) fn read(c: &mut Check, v: Option<&Value>, provider: Option<Feature>) -> Option<GateSet> {
     let Some(d) = c.table(P, v) else {
         return v.is_none().then(GateSet::default);
     };
@@ -25,6 +29,11 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>) -> Option<GateSet> {
     let mut ok = true;
     for (name, value) in d {
         let path = join(P, name);
+        // The redis provider, when missing, is refused at `rate_limit.provider` already.
+        if provider == Some(Feature::Local) {
+            let what = "the local gate provider (gates are local unless rate limiting is enabled with provider = \"redis\")";
+            ok &= c.needs(&path, what, Feature::Local);
+        }
         let gate = c
             .table(&path, Some(value))
             .and_then(|g| read_gate(c, &path, name, g));

@@ -42,9 +42,14 @@ mod log;
 mod policies;
 mod rate_limit;
 pub(crate) mod reader;
+#[cfg(feature = "redis")]
 mod redis;
 mod reload;
 mod routes;
+
+#[cfg(all(test, not(all(feature = "redis", feature = "local"))))]
+#[path = "feature_tests.rs"]
+mod feature_tests;
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -204,7 +209,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let reload = reload::read(&mut c, root.get(reload::P));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
-    let event_gates = gates::read(&mut c, root.get("event_gates"));
+    let event_gates = gates::read(&mut c, root.get("event_gates"), rate_limit.gate_provider);
     // With a [rate_limit] that has problems of its own, "needs rate limiting" would be noise.
     let enabled = rate_limit
         .settings

@@ -15,6 +15,7 @@ use shared_contract::{
 };
 
 use super::reader::{Check, Toml, join};
+use crate::features::Feature;
 
 const P: &str = "rate_limit.policies";
 
@@ -146,6 +147,9 @@ fn read_policy(
         "a failure policy",
         "\"fail_closed\", \"fail_open\" or \"fallback_local\"",
     );
+    if let Some(f) = own_failure_policy {
+        check_failure_policy(c, &at("failure_policy"), f);
+    }
     let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
     let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
     // The contract's checks run whenever the parameters could be read, even next to other
@@ -168,6 +172,13 @@ fn read_policy(
         .owned(path, RateLimitPolicy::new(spec))
         .map(|p| p.with_shadow(shadow));
     policy.filter(|_| c.count() == before)
+}
+
+/// A failure policy this build can apply: `fallback_local` needs the `local` feature.
+pub(super) fn check_failure_policy(c: &mut Check, path: &str, f: FailurePolicy) {
+    if f == FailurePolicy::FallbackLocal {
+        c.needs(path, "\"fallback_local\"", Feature::Local);
+    }
 }
 
 /// `revision`: 1 when absent, and when unreadable (reported) so that the other fields are
@@ -299,7 +310,8 @@ fn window(o: &mut Toml, limit: u64, window_ms: u64) {
     o.ms("window", window_ms);
 }
 
-#[cfg(test)]
+// An enabled section needs a provider; the local one is the one without a server.
+#[cfg(all(test, feature = "local"))]
 mod failure_policy_tests {
     use shared_contract::{FailurePolicy, PolicyId};
 
@@ -348,7 +360,7 @@ failure_policy = "fail_open"
     }
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "local"))]
 mod shadow_tests {
     use shared_contract::PolicyId;
 

@@ -2,27 +2,34 @@
 //! policy and subject secret; and its two small tables, `[rate_limit.local]` and
 //! `[rate_limit.circuit_breaker]`. The Redis table and the policies have their own modules.
 //!
+//! A table of a provider this build lacks (features `redis`, `local`) is refused when
+//! present, as is a provider or failure policy that needs one.
+//!
 //! Disabled (the default), the section is still read and every key present must be valid,
 //! but nothing is required; enabled, what enabling needs must be there
 //! ([`require_when_enabled`]).
 
 use std::path::{Path, PathBuf};
 
+#[cfg(feature = "local")]
 use adapter_local::LocalSettings;
 use figment::value::{Dict, Value};
 use shared_contract::{FailurePolicy, PolicyId, PolicySet, RateLimitPolicy};
 
 use super::policies;
-use super::reader::{
-    Check, Key, Toml, key, names, read_present, read_section, render_keys, render_section,
-};
+use super::reader::{Check, Key, Toml, names, read_present, render_keys};
+#[cfg(any(feature = "redis", feature = "local"))]
+use super::reader::{key, read_section, render_section};
+#[cfg(feature = "redis")]
 use super::redis;
-use crate::settings::{
-    BreakerSettings, EnabledSettings, ProviderSettings, RateLimitSettings, RedisProviderSettings,
-};
+use crate::features::Feature;
+#[cfg(feature = "redis")]
+use crate::settings::{BreakerSettings, RedisProviderSettings};
+use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
 use edge_middleware::SubjectSecret;
 
 pub(super) const P: &str = "rate_limit";
+pub(super) const REDIS: &str = "rate_limit.redis";
 const LOCAL: &str = "rate_limit.local";
 const BREAKER: &str = "rate_limit.circuit_breaker";
 
@@ -42,6 +49,14 @@ impl ProviderName {
             "local" => Some(Self::Local),
             "redis" => Some(Self::Redis),
             _ => None,
+        }
+    }
+
+    /// The feature that compiles the provider in.
+    fn feature(self) -> Feature {
+        match self {
+            Self::Local => Feature::Local,
+            Self::Redis => Feature::Redis,
         }
     }
 }
@@ -74,6 +89,9 @@ const KEYS: &[Key<Draft, EnabledSettings>] = &[
         read: |c, path, v, d| {
             let p = ProviderName::parse;
             d.provider = c.choice(path, Some(v), p, "a provider", "\"local\" or \"redis\"");
+            if let (Some(name), Value::String(_, s)) = (d.provider, v) {
+                c.needs(path, format_args!("{s:?}"), name.feature());
+            }
         },
         render: |e, o| o.str("provider", e.provider.name()),
     },
@@ -88,6 +106,7 @@ const KEYS: &[Key<Draft, EnabledSettings>] = &[
             let choices = "\"fail_closed\", \"fail_open\" or \"fallback_local\"";
             let p = FailurePolicy::parse;
             if let Some(f) = c.choice(path, Some(v), p, "a failure policy", choices) {
+                policies::check_failure_policy(c, path, f);
                 d.failure_policy = f;
             }
         },
@@ -119,9 +138,11 @@ const KEYS: &[Key<Draft, EnabledSettings>] = &[
 ];
 
 /// `[rate_limit.local]`. Defaults: [`LocalSettings::default`].
+#[cfg(feature = "local")]
 const LOCAL_KEYS: &[Key<LocalSettings>] = &[key!("max_keys", max_keys)];
 
 /// `[rate_limit.circuit_breaker]`. Defaults: [`BreakerSettings::default`].
+#[cfg(feature = "redis")]
 const BREAKER_KEYS: &[Key<BreakerSettings>] = &[
     key!("enabled", enabled),
     key!("failure_threshold", failure_threshold),
@@ -136,6 +157,9 @@ pub(super) struct RateLimit {
     pub(super) policy_ids: Vec<PolicyId>,
     pub(super) max_costs: Vec<(PolicyId, u64)>,
     pub(super) default_policy: Option<PolicyId>,
+    /// Which provider the event gates use: local unless rate limiting is enabled with the
+    /// redis provider; `None` when the section does not say (its problems are reported).
+    pub(super) gate_provider: Option<Feature>,
 }
 
 pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> RateLimit {
@@ -145,6 +169,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
             policy_ids: Vec::new(),
             max_costs: Vec::new(),
             default_policy: None,
+            gate_provider: None,
         };
     };
     c.unknown_keys(P, d, names(KEYS).chain(TABLES));
@@ -158,22 +183,11 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         .map(|p| (p.id().clone(), p.max_cost().get()))
         .collect();
     let default_policy = draft.default_policy.clone();
-    let local = read_section(
-        c,
-        LOCAL,
-        d.get("local"),
-        LOCAL_KEYS,
-        LocalSettings::validate,
-    );
-    let breaker = read_section(
-        c,
-        BREAKER,
-        d.get("circuit_breaker"),
-        BREAKER_KEYS,
-        BreakerSettings::validate,
-    );
-    let is_redis = draft.provider == Some(ProviderName::Redis);
-    let redis = redis::read(c, d.get("redis"), draft.enabled && is_redis);
+    let gate_provider = match (draft.enabled, draft.provider) {
+        (false, _) => Some(Feature::Local),
+        (true, name) => name.map(ProviderName::feature),
+    };
+    let tables = read_tables(c, d, &draft);
 
     if let Some(id) = &draft.default_policy
         && !policy_ids.contains(id)
@@ -185,20 +199,17 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
     }
     let settings = if draft.enabled {
         require_when_enabled(c, d, &draft, secret.is_some(), &policy_ids);
-        match (c.count() == before, local, breaker) {
-            (true, Some(local), Some(breaker)) => {
-                let parts = Parts {
-                    secret_file: secret_path(&draft, base),
-                    draft,
-                    secret,
-                    policies,
-                    local,
-                    breaker,
-                    redis,
-                };
-                enabled(c, parts).map(|e| RateLimitSettings::Enabled(Box::new(e)))
-            }
-            _ => None,
+        if c.count() == before {
+            let parts = Parts {
+                secret_file: secret_path(&draft, base),
+                draft,
+                secret,
+                policies,
+                tables,
+            };
+            enabled(c, parts).map(|e| RateLimitSettings::Enabled(Box::new(e)))
+        } else {
+            None
         }
     } else {
         (c.count() == before).then_some(RateLimitSettings::Disabled)
@@ -208,6 +219,59 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         policy_ids,
         max_costs,
         default_policy,
+        gate_provider,
+    }
+}
+
+/// The provider tables, each read in a build with its feature; `None` when it has problems
+/// (reported).
+struct Tables {
+    #[cfg(feature = "local")]
+    local: Option<LocalSettings>,
+    #[cfg(feature = "redis")]
+    breaker: Option<BreakerSettings>,
+    #[cfg(feature = "redis")]
+    redis: Option<RedisProviderSettings>,
+}
+
+fn read_tables(c: &mut Check, d: &Dict, draft: &Draft) -> Tables {
+    #[cfg(feature = "local")]
+    let local = read_section(
+        c,
+        LOCAL,
+        d.get("local"),
+        LOCAL_KEYS,
+        LocalSettings::validate,
+    );
+    #[cfg(not(feature = "local"))]
+    c.unavailable_section(LOCAL, d.get("local"), Feature::Local);
+    #[cfg(feature = "redis")]
+    let breaker = read_section(
+        c,
+        BREAKER,
+        d.get("circuit_breaker"),
+        BREAKER_KEYS,
+        BreakerSettings::validate,
+    );
+    #[cfg(feature = "redis")]
+    let redis = {
+        let is_redis = draft.provider == Some(ProviderName::Redis);
+        redis::read(c, d.get("redis"), draft.enabled && is_redis)
+    };
+    #[cfg(not(feature = "redis"))]
+    {
+        // Only the redis provider's table needs the draft (whether its keys are required).
+        let _ = draft;
+        c.unavailable_section(BREAKER, d.get("circuit_breaker"), Feature::Redis);
+        c.unavailable_section(REDIS, d.get("redis"), Feature::Redis);
+    }
+    Tables {
+        #[cfg(feature = "local")]
+        local,
+        #[cfg(feature = "redis")]
+        breaker,
+        #[cfg(feature = "redis")]
+        redis,
     }
 }
 
@@ -255,9 +319,7 @@ struct Parts {
     secret: Option<SubjectSecret>,
     secret_file: Option<PathBuf>,
     policies: Vec<RateLimitPolicy>,
-    local: LocalSettings,
-    breaker: BreakerSettings,
-    redis: Option<RedisProviderSettings>,
+    tables: Tables,
 }
 
 fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
@@ -268,20 +330,36 @@ fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
             return None;
         }
     };
-    let provider = match (p.draft.provider, p.redis) {
-        (Some(ProviderName::Redis), Some(redis)) => ProviderSettings::Redis(redis),
-        (Some(ProviderName::Redis), None) => return None,
-        _ => ProviderSettings::Local,
-    };
+    let mut tables = p.tables;
+    let provider = provider(p.draft.provider?, &mut tables)?;
     Some(EnabledSettings {
         provider,
         policies,
         failure_policy: p.draft.failure_policy,
         subject_secret: p.secret,
         subject_secret_file: p.secret_file,
-        local: p.local,
-        breaker: p.breaker,
+        #[cfg(feature = "local")]
+        local: tables.local?,
+        #[cfg(feature = "redis")]
+        breaker: tables.breaker?,
     })
+}
+
+/// The provider `name` names, with its table; `None` when it is not compiled in (refused
+/// when read) or its table has problems (reported).
+// Only the redis provider has a table to take.
+#[cfg_attr(not(feature = "redis"), allow(unused_variables))]
+fn provider(name: ProviderName, tables: &mut Tables) -> Option<ProviderSettings> {
+    match name {
+        #[cfg(feature = "local")]
+        ProviderName::Local => Some(ProviderSettings::Local),
+        #[cfg(feature = "redis")]
+        ProviderName::Redis => tables.redis.take().map(ProviderSettings::Redis),
+        #[cfg(not(feature = "local"))]
+        ProviderName::Local => None,
+        #[cfg(not(feature = "redis"))]
+        ProviderName::Redis => None,
+    }
 }
 
 /// The subject secret: from `subject_secret_file` when it is set (the preferred form: it
@@ -347,10 +425,12 @@ pub(super) fn render(o: &mut Toml, s: &RateLimitSettings) {
         RateLimitSettings::Enabled(e) => e,
     };
     render_keys(o, KEYS, e);
-    if let ProviderSettings::Redis(r) = &e.provider {
+    #[cfg(feature = "redis")]
+    if let Some(r) = e.provider.redis() {
         redis::render(o, r);
         render_section(o, BREAKER, BREAKER_KEYS, &e.breaker);
     }
+    #[cfg(feature = "local")]
     render_section(o, LOCAL, LOCAL_KEYS, &e.local);
     policies::render(o, &e.policies);
 }

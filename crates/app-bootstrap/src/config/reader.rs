@@ -12,13 +12,14 @@
 //! section's key list too ([`read_keys`] reports the keys it does not hold), so adding a key
 //! is one line where the field's type says how it is read and shown ([`key!`], [`Scalar`]).
 
-use std::fmt::Write as _;
+use std::fmt::{self, Write as _};
 use std::time::Duration;
 
 use figment::value::{Dict, Num, Value};
 use shared_contract::PolicyErrors;
 
 use super::Problem;
+use crate::features::{Feature, unavailable};
 
 /// How the problem of a key that is not known starts.
 pub(crate) const UNKNOWN_KEY: &str = "unknown key";
@@ -44,6 +45,7 @@ impl Check {
     }
 
     /// Whether a problem at exactly `path` was reported since `since` (a [`Self::count`]).
+    #[cfg(feature = "redis")]
     pub(crate) fn reported(&self, since: usize, path: &str) -> bool {
         self.problems
             .get(since..)
@@ -279,6 +281,23 @@ impl Check {
             self.push(path, problem);
         }
         v
+    }
+
+    /// Refuses `what` at `path` when this build lacks `feature`; whether it holds it.
+    pub(crate) fn needs(&mut self, path: &str, what: impl fmt::Display, feature: Feature) -> bool {
+        if !feature.compiled() {
+            self.push(path, unavailable(what, feature));
+        }
+        feature.compiled()
+    }
+
+    /// A section only `feature` reads, in a build without it: refused when present (its
+    /// values cannot be checked, and nothing would use them).
+    #[cfg(not(all(feature = "redis", feature = "local")))]
+    pub(crate) fn unavailable_section(&mut self, path: &str, v: Option<&Value>, feature: Feature) {
+        if v.is_some() {
+            self.needs(path, "this section", feature);
+        }
     }
 }
 

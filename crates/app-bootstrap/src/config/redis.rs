@@ -17,7 +17,7 @@ use figment::value::{Dict, Value};
 use super::reader::{Check, Key, Toml, join, key, read_keys, render_section, toml_str};
 use crate::settings::{PasswordSource, RedisProviderSettings};
 
-const P: &str = "rate_limit.redis";
+const P: &str = super::rate_limit::REDIS;
 
 /// The topologies `rate_limit.redis.topology` names (the enum [`Topology`] holds each one's
 /// addresses; this is only the name, read before the addresses are).
