@@ -172,8 +172,7 @@ impl RateLimitRuntime {
             return Ok(());
         };
         #[cfg(not(feature = "local"))]
-        let Base::Redis { redis } = &self.base
-        else {
+        let Base::Redis { redis } = &self.base else {
             return Ok(());
         };
         let needs_fallback = needs_fallback(settings)?;

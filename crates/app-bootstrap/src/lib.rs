@@ -59,6 +59,5 @@ pub use settings::BreakerSettings;
 pub use settings::{
     CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition, HttpSettings,
     LogFormat, LogSettings, ProviderSettings, RateLimitSettings, ReloadSettings, RouteSettings,
-    Settings,
-    SubjectSource, UnknownDescriptor,
+    Settings, SubjectSource, UnknownDescriptor,
 };

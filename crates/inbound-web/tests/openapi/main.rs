@@ -44,6 +44,12 @@ limit = 1
 window = "1h"
 failure_policy = "fail_open"
 
+[rate_limit.policies.trial]
+algorithm = "fixed_window"
+limit = 1
+window = "1h"
+shadow = true
+
 [[routes]]
 path_prefix = "/api"
 policy = "tight"
@@ -462,6 +468,11 @@ async fn real_answers_have_documented_statuses_and_bodies() {
         ),
         evaluate(
             r#"{"requests":[{"policy":"api","subject":"l-1"},{"policy":"tight","subject":"l-1"}]}"#,
+            429,
+        ),
+        // The enforced limit denies: the shadow one is not evaluated.
+        evaluate(
+            r#"{"requests":[{"policy":"tight","subject":"l-1"},{"policy":"trial","subject":"l-1"}]}"#,
             429,
         ),
         evaluate(r#"{"requests":[],"subject":"x"}"#, 400),
