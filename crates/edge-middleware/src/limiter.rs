@@ -507,11 +507,8 @@ impl Limiter {
             RateLimitOutcome::Indeterminate { .. } => m.indeterminate.increment(1),
             RateLimitOutcome::Incompatible { .. } => m.incompatible.increment(1),
         }
-        let category = match outcome {
-            RateLimitOutcome::Evaluated(_) => return,
-            RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
-            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
-            RateLimitOutcome::Incompatible { category, .. } => category.as_str(),
+        let Some(category) = outcome.error_category() else {
+            return;
         };
         if let Some(i) = ERROR_CATEGORIES.iter().position(|c| *c == category) {
             self.errors[i].increment(1);

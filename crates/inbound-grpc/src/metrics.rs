@@ -73,22 +73,14 @@ impl Metrics {
             RateLimitOutcome::Incompatible { .. } => &m.incompatible,
         };
         counter.increment(1);
-        let category = match outcome {
-            RateLimitOutcome::Evaluated(_) => return,
-            RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
-            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
-            RateLimitOutcome::Incompatible { category, .. } => category.as_str(),
-        };
-        metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+        if let Some(category) = outcome.error_category() {
+            metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+        }
     }
 
     fn record_error(outcome: &MultiOutcome) {
-        let category = match outcome {
-            MultiOutcome::Evaluated(_) => return,
-            MultiOutcome::Unavailable { category, .. } => category.as_str(),
-            MultiOutcome::Indeterminate { .. } => "indeterminate",
-            MultiOutcome::Incompatible { category, .. } => category.as_str(),
-        };
-        metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+        if let Some(category) = outcome.error_category() {
+            metrics::counter!(names::PROVIDER_ERRORS, "category" => category).increment(1);
+        }
     }
 }

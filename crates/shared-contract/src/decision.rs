@@ -169,4 +169,15 @@ impl RateLimitOutcome {
             RateLimitOutcome::Incompatible { .. } => "incompatible",
         }
     }
+
+    /// Why no decision was made, as the `category` of the provider-error metric: the
+    /// unavailable or incompatible category, or `indeterminate`; `None` for a decision.
+    pub fn error_category(&self) -> Option<&'static str> {
+        match self {
+            RateLimitOutcome::Evaluated(_) => None,
+            RateLimitOutcome::Unavailable { category, .. } => Some(category.as_str()),
+            RateLimitOutcome::Indeterminate { .. } => Some("indeterminate"),
+            RateLimitOutcome::Incompatible { category, .. } => Some(category.as_str()),
+        }
+    }
 }

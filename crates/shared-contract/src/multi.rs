@@ -193,6 +193,16 @@ impl MultiOutcome {
         }
     }
 
+    /// As [`RateLimitOutcome::error_category`](crate::RateLimitOutcome::error_category).
+    pub fn error_category(&self) -> Option<&'static str> {
+        match self {
+            MultiOutcome::Evaluated(_) => None,
+            MultiOutcome::Unavailable { category, .. } => Some(category.as_str()),
+            MultiOutcome::Indeterminate { .. } => Some("indeterminate"),
+            MultiOutcome::Incompatible { category, .. } => Some(category.as_str()),
+        }
+    }
+
     pub fn decision(&self) -> Option<&MultiDecision> {
         match self {
             MultiOutcome::Evaluated(d) => Some(d),
