@@ -140,9 +140,8 @@ impl Inner {
     async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         check(request)?;
         let (slots, limits) = self.matched(request)?;
-        let me = self;
         let unknown = slots.iter().any(|s| matches!(s, Slot::Unknown));
-        if unknown && me.unknown == UnknownDescriptor::Deny {
+        if unknown && self.unknown == UnknownDescriptor::Deny {
             let statuses = slots
                 .iter()
                 .map(|s| status_only(matches!(s, Slot::Unknown), Code::Unknown))
@@ -155,10 +154,10 @@ impl Inner {
         }
         let policies: Vec<RateLimitPolicy> = limits
             .iter()
-            .filter_map(|l| me.port.policies().get(&l.policy_id).cloned())
+            .filter_map(|l| self.port.policies().get(&l.policy_id).cloned())
             .collect();
         let start = Instant::now();
-        let deadline = Deadline::at(start, me.budget)
+        let deadline = Deadline::at(start, self.budget)
             .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
             .map_err(|e| Status::internal(format!("no deadline: {e}")))?;
         if policies.iter().any(RateLimitPolicy::shadow) {
@@ -184,18 +183,17 @@ impl Inner {
         deadline: Deadline,
         start: Instant,
     ) -> Result<MultiOutcome, Status> {
-        let me = self;
         let evaluation = MultiRequest {
             limits: Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?,
             evaluation_id: None,
             deadline,
         };
-        let outcome = me
+        let outcome = self
             .port
             .evaluate_all(evaluation)
             .await
             .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        me.metrics.record(policies, &outcome, start.elapsed());
+        self.metrics.record(policies, &outcome, start.elapsed());
         Ok(outcome)
     }
 
@@ -212,7 +210,6 @@ impl Inner {
         deadline: Deadline,
         start: Instant,
     ) -> Result<RateLimitResponse, Status> {
-        let me = self;
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
             (0..limits.len()).partition(|&i| policies.get(i).is_some_and(RateLimitPolicy::shadow));
         let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; limits.len()];
@@ -247,12 +244,12 @@ impl Inner {
                     evaluation_id: None,
                     deadline,
                 };
-                let outcome = me
+                let outcome = self
                     .port
                     .evaluate(request)
                     .await
                     .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                me.metrics
+                self.metrics
                     .record_shadow(&policies[i], &outcome, start.elapsed());
                 if let shared_contract::RateLimitOutcome::Evaluated(d) = outcome {
                     decisions[i] = Some(d);
@@ -267,24 +264,23 @@ impl Inner {
     /// Each descriptor's slot, and the limits of the matched ones (a descriptor that repeats an
     /// earlier one's policy and subject shares its limit, whose cost is then the sum).
     fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Limit>), Status> {
-        let me = self;
         let default_cost = u64::from(request.hits_addend.max(1));
         let mut slots = Vec::with_capacity(request.descriptors.len());
         let mut limits: Vec<Limit> = Vec::new();
         let mut at: HashMap<(PolicyId, [u8; 32]), usize> = HashMap::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-            let Some(rule) = me.rules.find(&request.domain, entries) else {
+            let Some(rule) = self.rules.find(&request.domain, entries) else {
                 slots.push(Slot::Unknown);
                 continue;
             };
-            let Some(policy) = me.port.policies().get(rule.policy()) else {
+            let Some(policy) = self.port.policies().get(rule.policy()) else {
                 slots.push(Slot::Unknown);
                 continue;
             };
             let cost = descriptor_cost(d, default_cost);
             let subject =
-                descriptors::subject(&me.hasher, d.entries.iter().map(|e| e.value.as_str()));
+                descriptors::subject(&self.hasher, d.entries.iter().map(|e| e.value.as_str()));
             let key = (policy.id().clone(), *subject.as_bytes());
             let slot = match at.get(&key) {
                 Some(&j) => {
