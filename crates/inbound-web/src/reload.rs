@@ -167,6 +167,8 @@ pub struct Reloader {
     view: ConfigView,
     /// One reload at a time; what is in force.
     running: tokio::sync::Mutex<Running>,
+    /// The file's content (fingerprint) when the configuration in force was read from it.
+    applied: std::sync::Mutex<Option<u64>>,
 }
 
 #[derive(Debug)]
@@ -218,6 +220,7 @@ impl Reloader {
                 runtime: parts.runtime,
                 generation: 1,
             }),
+            applied: std::sync::Mutex::new(None),
         }
     }
 
@@ -228,6 +231,10 @@ impl Reloader {
     /// Every problem (key path: what is wrong) when the new configuration is refused.
     pub async fn reload(&self, trigger: &str) -> Result<u64, Vec<String>> {
         let mut running = self.running.lock().await;
+        let read = match &self.sources.file {
+            Some(path) => fingerprint(path).await,
+            None => None,
+        };
         let result = self.next(&running).await;
         match result {
             Ok((settings, runtime)) => {
@@ -255,6 +262,7 @@ impl Reloader {
                     runtime,
                     generation,
                 };
+                self.set_applied(read);
                 metrics::counter!(names::RELOADS, "outcome" => "applied").increment(1);
                 metrics::gauge!(names::GENERATION).set(generation as f64);
                 tracing::info!(trigger, generation, "configuration reloaded");
@@ -325,23 +333,25 @@ impl Reloader {
     }
 
     async fn watch(&self, path: PathBuf) {
-        let mut loaded = fingerprint(&path).await;
+        let mut seen = fingerprint(&path).await;
+        // What start-up read (a change in between is caught on the first look).
+        self.set_applied(seen);
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
             tick.tick().await;
+            let now = fingerprint(&path).await;
             if !self.running.lock().await.settings.reload.watch {
-                // Off (`reload.watch = false`) until a SIGHUP reload turns it on; the file is
-                // taken as seen, so turning it on reloads on the next change only.
-                loaded = fingerprint(&path).await;
+                // Off (`reload.watch = false`) until a SIGHUP reload turns it on; what is
+                // seen meanwhile is no change then.
+                seen = now;
                 continue;
             }
-            let seen = fingerprint(&path).await;
-            if seen == loaded {
+            if now == seen {
                 continue;
             }
             // Changed: wait until it holds still.
-            let mut settled = seen;
+            let mut settled = now;
             loop {
                 tokio::time::sleep(DEBOUNCE).await;
                 let again = fingerprint(&path).await;
@@ -350,11 +360,30 @@ impl Reloader {
                 }
                 settled = again;
             }
-            loaded = settled;
+            seen = settled;
+            // Back to what is in force (a file briefly unreadable, say for want of
+            // descriptors, then readable again): nothing to do.
+            if settled.is_some() && settled == self.applied() {
+                continue;
+            }
             // A file that cannot be read is reported by the reload (on `--config`), once per
             // change.
             let _ = self.reload("file change").await;
         }
+    }
+
+    fn applied(&self) -> Option<u64> {
+        *self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn set_applied(&self, read: Option<u64>) {
+        *self
+            .applied
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = read;
     }
 }
 
