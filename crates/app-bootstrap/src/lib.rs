@@ -39,6 +39,6 @@ pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates};
 pub use settings::{
     BreakerSettings, CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition,
-    HttpSettings, LogFormat, LogSettings, ProviderSettings, RateLimitSettings, RouteSettings,
-    Settings, SubjectSource, UnknownDescriptor,
+    HttpSettings, LogFormat, LogSettings, OtlpSettings, ProviderSettings, RateLimitSettings,
+    RouteSettings, Settings, SubjectSource, UnknownDescriptor,
 };

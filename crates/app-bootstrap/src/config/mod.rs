@@ -23,6 +23,7 @@
 //! | `env` | `APP_` variables -> a tree merged over the file |
 //! | `http` | `[http]` |
 //! | `log` | `[log]` |
+//! | `otlp` | `[otlp]` (trace export) |
 //! | `rate_limit` | `[rate_limit]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret |
 //! | `redis` | `[rate_limit.redis]` |
 //! | `policies` | `[rate_limit.policies.*]` |
@@ -38,6 +39,7 @@ mod gates;
 mod grpc;
 mod http;
 mod log;
+mod otlp;
 mod policies;
 mod rate_limit;
 pub(crate) mod reader;
@@ -60,6 +62,7 @@ use reader::Check;
 pub const TOP_KEYS: &[&str] = &[
     http::P,
     log::P,
+    otlp::P,
     rate_limit::P,
     routes::P,
     gates::P,
@@ -198,6 +201,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
 
     let http = http::read(&mut c, root.get("http"));
     let log = log::read(&mut c, root.get("log"));
+    let otlp = otlp::read(&mut c, root.get(otlp::P));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
     let event_gates = gates::read(&mut c, root.get("event_gates"));
@@ -210,10 +214,11 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let grpc = grpc::read(&mut c, root.get(grpc::P), http_bind, enabled);
     let rls = grpc::read_rules(&mut c, root.get(grpc::RLS), &rate_limit.policy_ids);
 
-    match (c.count() == 0, http, log, rate_limit.settings) {
-        (true, Some(http), Some(log), Some(rate_limit)) => Ok(Settings {
+    match (c.count() == 0, http, log, otlp, rate_limit.settings) {
+        (true, Some(http), Some(log), Some(otlp), Some(rate_limit)) => Ok(Settings {
             http,
             log,
+            otlp,
             rate_limit,
             routes: routes.unwrap_or_default(),
             event_gates: event_gates.unwrap_or_default(),
@@ -229,6 +234,7 @@ pub(crate) fn render(settings: &Settings) -> String {
     let mut o = reader::Toml::default();
     http::render(&mut o, &settings.http);
     log::render(&mut o, &settings.log);
+    otlp::render(&mut o, &settings.otlp);
     rate_limit::render(&mut o, &settings.rate_limit);
     routes::render(&mut o, &settings.routes);
     gates::render(&mut o, &settings.event_gates);
