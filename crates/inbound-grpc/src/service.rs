@@ -54,7 +54,13 @@ struct Inner {
     unknown: UnknownDescriptor,
     budget: Duration,
     metrics: Metrics,
+    /// Joins a call's span to the caller's trace (its W3C `traceparent` metadata); set by
+    /// the app when it exports traces, so this crate needs no tracing backend.
+    trace_parent: Option<TraceParent>,
 }
+
+/// Makes `span` a child of the trace that a call's metadata (`headers`) names, if any.
+pub type TraceParent = fn(headers: &http::HeaderMap, span: &tracing::Span);
 
 /// A descriptor matched to a policy: which limit of the evaluation it is.
 #[derive(Debug, Clone, Copy)]
@@ -85,8 +91,19 @@ impl RlsService {
                 unknown,
                 budget,
                 metrics,
+                trace_parent: None,
             }),
         }
+    }
+
+    /// The service with each call's span joined to the caller's trace by `parent` (see
+    /// [`TraceParent`]). Call it before the service is cloned.
+    #[must_use]
+    pub fn with_trace_parent(mut self, parent: TraceParent) -> Self {
+        if let Some(inner) = Arc::get_mut(&mut self.inner) {
+            inner.trace_parent = Some(parent);
+        }
+        self
     }
 
     /// Answers one `RateLimitRequest`.
@@ -99,7 +116,46 @@ impl RlsService {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        let answer = self.answer(request).await;
+        self.should_rate_limit_from(request, &http::HeaderMap::new())
+            .await
+    }
+
+    /// [`Self::should_rate_limit`] for a call whose metadata is `headers`: its span
+    /// (`rls.should_rate_limit`: domain, descriptor count, overall code or gRPC status; never
+    /// a descriptor value) joins the caller's trace when a [`TraceParent`] is set.
+    ///
+    /// # Errors
+    /// As [`Self::should_rate_limit`].
+    pub async fn should_rate_limit_from(
+        &self,
+        request: &RateLimitRequest,
+        headers: &http::HeaderMap,
+    ) -> Result<RateLimitResponse, Status> {
+        let span = tracing::debug_span!(
+            "rls.should_rate_limit",
+            otel.kind = "server",
+            domain = %request.domain,
+            descriptors = request.descriptors.len(),
+            overall_code = tracing::field::Empty,
+            grpc_status = tracing::field::Empty,
+        );
+        // A disabled span (no exporter, no debug log) costs nothing more per call.
+        let answer = if span.is_disabled() {
+            self.answer(request).await
+        } else {
+            if let Some(parent) = self.inner.trace_parent {
+                parent(headers, &span);
+            }
+            let answer = tracing::Instrument::instrument(self.answer(request), span.clone()).await;
+            match &answer {
+                Ok(r) => span.record(
+                    "overall_code",
+                    Code::try_from(r.overall_code).map_or("UNKNOWN", |c| c.as_str_name()),
+                ),
+                Err(s) => span.record("grpc_status", format!("{:?}", s.code())),
+            };
+            answer
+        };
         if tracing::enabled!(tracing::Level::DEBUG) {
             // The domain and counts only: descriptor values are subjects, never logged.
             match &answer {

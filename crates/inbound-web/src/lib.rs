@@ -16,6 +16,7 @@
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
 //! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
 //! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
+//! | [`telemetry`] | `[otlp]`: OpenTelemetry trace export, the server span, the caller's `traceparent` |
 //!
 //! ## Features
 //!
@@ -33,6 +34,7 @@ pub mod listener;
 pub mod openapi;
 pub mod stream;
 pub mod subscribers;
+pub mod telemetry;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.
 pub use edge_middleware::{Limiter, RateLimit, RateLimitLayer, Rule};
