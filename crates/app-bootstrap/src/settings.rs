@@ -65,8 +65,8 @@ pub struct LogSettings {
 /// the traces this app starts are kept.
 #[derive(Debug, Clone, PartialEq)]
 pub struct OtlpSettings {
-    /// The collector's OTLP/gRPC endpoint (`http://` or `https://`); `None` (the default): no
-    /// exporter, no task, no per-request span.
+    /// The collector's OTLP/gRPC endpoint (`http://`: the exporter has no TLS); `None` (the
+    /// default): no exporter, no task, no per-request span.
     pub endpoint: Option<String>,
     /// The `service.name` resource attribute of every exported span.
     pub service_name: String,
@@ -90,8 +90,9 @@ impl OtlpSettings {
     ///
     /// # Errors
     /// [`PolicyErrors`] with one entry per bad field: an `endpoint` that is not an `http://`
-    /// or `https://` URL with a host (and a port that fits 16 bits, when given), an empty
-    /// `service_name`, a `sample_ratio` outside `0.0..=1.0` (or not a number).
+    /// URL with a host and, when given, a port that fits 16 bits (`https://` too: the
+    /// exporter is built without TLS), an empty `service_name`, a `sample_ratio` outside
+    /// `0.0..=1.0`.
     pub fn validate(&self) -> Result<(), PolicyErrors> {
         let mut errors = Vec::new();
         if let Some(endpoint) = &self.endpoint
@@ -122,7 +123,7 @@ impl OtlpSettings {
     }
 }
 
-/// `http(s)://host[:port][/path]`, the shape the exporter's transport accepts.
+/// `http://host[:port][/path]`, the shape the exporter's transport accepts.
 fn check_endpoint(endpoint: &str) -> Result<(), String> {
     let bad = |why: &str| {
         Err(format!(
@@ -132,8 +133,13 @@ fn check_endpoint(endpoint: &str) -> Result<(), String> {
     let Some((scheme, rest)) = endpoint.split_once("://") else {
         return bad("no scheme");
     };
-    if !scheme.eq_ignore_ascii_case("http") && !scheme.eq_ignore_ascii_case("https") {
-        return bad("the scheme must be http or https");
+    if scheme.eq_ignore_ascii_case("https") {
+        // TLS in the exporter would put rustls under tonic, which the gRPC server shares and
+        // keeps free of TLS; a collector agent beside the app takes plain OTLP.
+        return bad("https is not supported: send to a collector over http, such as a local agent");
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return bad("the scheme must be http");
     }
     let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
     if authority.contains('@') {

@@ -134,12 +134,11 @@ async fn receiver() -> (String, Receiver, tokio::sync::oneshot::Sender<()>) {
     (addr, got, stop)
 }
 
-fn config(receiver: &str) -> String {
+/// The app's configuration with `otlp` as its `[otlp]` section.
+fn config(otlp: &str) -> String {
     format!(
         r#"
-[otlp]
-endpoint = "http://{receiver}"
-service_name = "otlp-e2e"
+{otlp}
 
 [grpc]
 bind = "127.0.0.1:0"
@@ -228,20 +227,28 @@ fn child_of<'s>(spans: &'s [Span], parent: &Span, name: &str) -> &'s Span {
         .unwrap_or_else(|| panic!("no {name} under {parent:?}; spans: {spans:#?}"))
 }
 
+/// SIGTERMs `app` (a clean exit) and returns what `got` received once it holds `at_least`
+/// spans; what the app sends is all there when it has exited, so the wait is short.
+fn exported_on_exit(app: &mut App, got: &Receiver, at_least: usize) -> Vec<Vec<u8>> {
+    assert!(app.terminate().success(), "{}", app.log());
+    poll_blocking(Duration::from_secs(5), Duration::from_millis(20), || {
+        let exports = got.0.lock().expect("receiver lock").clone();
+        let n = spans(&exports).len();
+        if n >= at_least { Ok(exports) } else { Err(n) }
+    })
+    .unwrap_or_else(|n| panic!("{n} spans arrived, not {at_least}; log:\n{}", app.log()))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
     let (receiver_addr, got, stop) = receiver().await;
-    let mut app = App::start(&config(&receiver_addr), &[]);
+    let otlp =
+        format!("[otlp]\nendpoint = \"http://{receiver_addr}\"\nservice_name = \"otlp-e2e\"");
+    let mut app = App::start(&config(&otlp), &[]);
     assert_eq!(drive(&app).await, [200, 429, 200]);
     // The batch is sent on shutdown, not before (its delay is 5 s): SIGTERM flushes it.
-    assert!(app.terminate().success(), "{}", app.log());
-    let exports = poll_blocking(Duration::from_secs(10), Duration::from_millis(20), || {
-        let exports = got.0.lock().expect("receiver lock").clone();
-        let n = spans(&exports).len();
-        // 4 server spans, 4 evaluations under them, 1 gRPC call.
-        if n >= 9 { Ok(exports) } else { Err(n) }
-    })
-    .unwrap_or_else(|n| panic!("{n} spans arrived; log:\n{}", app.log()));
+    // 4 server spans, 4 evaluations under them, 1 gRPC call.
+    let exports = exported_on_exit(&mut app, &got, 9);
     let _ = stop.send(());
     let spans = spans(&exports);
 
@@ -300,4 +307,47 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
     assert_eq!(grpc.attributes["overall_code"], "OK", "{grpc:?}");
     assert_eq!(grpc.trace_id, GRPC_TRACE, "{grpc:?}");
     assert_eq!(grpc.parent, GRPC_PARENT, "{grpc:?}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_zero_ratio_keeps_only_traces_a_caller_sampled() {
+    let (receiver_addr, got, stop) = receiver().await;
+    let otlp = format!("[otlp]\nendpoint = \"http://{receiver_addr}\"\nsample_ratio = 0.0");
+    let mut app = App::start(&config(&otlp), &[]);
+    let http = reqwest::Client::new();
+    for (user, traceparent) in [
+        ("u-1", None),
+        ("u-2", Some(format!("00-{HTTP_TRACE}-{HTTP_PARENT}-01"))),
+        // Flags 00: the caller did not sample this trace.
+        ("u-3", Some(format!("00-{GRPC_TRACE}-{GRPC_PARENT}-00"))),
+    ] {
+        let mut r = http.get(app.url("/api/items")).header("x-user", user);
+        if let Some(tp) = traceparent {
+            r = r.header("traceparent", tp);
+        }
+        assert_eq!(r.send().await.expect("GET").status().as_u16(), 200);
+    }
+    let exports = exported_on_exit(&mut app, &got, 2);
+    let _ = stop.send(());
+    let spans = spans(&exports);
+    assert_eq!(spans.len(), 2, "{spans:#?}");
+    assert!(spans.iter().all(|s| s.trace_id == HTTP_TRACE), "{spans:#?}");
+    // The default service name.
+    assert!(
+        spans.iter().all(|s| s.service == "inbound-web"),
+        "{spans:#?}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn without_an_endpoint_nothing_is_exported_whatever_the_environment_says() {
+    let (receiver_addr, got, stop) = receiver().await;
+    let endpoint = format!("http://{receiver_addr}");
+    // The SDK's own variable does not switch export on: only `[otlp] endpoint` does.
+    let mut app = App::start(&config(""), &[("OTEL_EXPORTER_OTLP_ENDPOINT", &endpoint)]);
+    assert_eq!(drive(&app).await, [200, 429, 200]);
+    // Exited: anything it would have sent has been sent.
+    assert!(app.terminate().success(), "{}", app.log());
+    let _ = stop.send(());
+    assert!(got.0.lock().expect("receiver lock").is_empty());
 }

@@ -57,10 +57,10 @@ mod tests {
     #[test]
     fn a_valid_section_is_read_and_rendered_back() {
         let s = from_toml(
-            "[otlp]\nendpoint = \"https://collector:4317\"\nservice_name = \"edge\"\nsample_ratio = 0.25\n",
+            "[otlp]\nendpoint = \"http://collector:4317\"\nservice_name = \"edge\"\nsample_ratio = 0.25\n",
         )
         .expect("valid");
-        assert_eq!(s.otlp.endpoint.as_deref(), Some("https://collector:4317"));
+        assert_eq!(s.otlp.endpoint.as_deref(), Some("http://collector:4317"));
         assert_eq!(s.otlp.service_name, "edge");
         assert!((s.otlp.sample_ratio - 0.25).abs() < f64::EPSILON);
         let again = from_toml(&s.render()).expect("the rendering reads back");
@@ -74,6 +74,7 @@ mod tests {
     fn bad_values_are_refused_by_key_path() {
         for endpoint in [
             "grpc://127.0.0.1:4317",
+            "https://collector:4317",
             "127.0.0.1:4317",
             "http://",
             "http://host:99999",
