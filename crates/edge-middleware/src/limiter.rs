@@ -464,16 +464,10 @@ impl Limiter {
         if !span.is_disabled() {
             // Joined only for a span someone listens to: the policy ids and costs, never a
             // subject (the members hold digests, which are not recorded either).
-            let list = |f: &dyn Fn(&(&Member, &&Entry)) -> String| {
-                members
-                    .iter()
-                    .zip(&entries)
-                    .map(|m| f(&m))
-                    .collect::<Vec<_>>()
-                    .join(",")
-            };
-            span.record("policies", list(&|(_, e)| e.policy.id().to_string()));
-            span.record("costs", list(&|(m, _)| m.cost.get().to_string()));
+            let policies: Vec<&str> = entries.iter().map(|e| e.policy.id().as_str()).collect();
+            let costs: Vec<String> = members.iter().map(|m| m.cost.get().to_string()).collect();
+            span.record("policies", policies.join(","));
+            span.record("costs", costs.join(","));
         }
         let start = Instant::now();
         let first = entries.first().map(|e| e.policy.id());
@@ -493,7 +487,7 @@ impl Limiter {
                 if !span.is_disabled() {
                     span.record("outcome", outcome.name());
                     span.record("allowed", outcome.decision().is_some_and(|d| d.allowed));
-                    // One source for the evaluation: the members' agree unless it is mixed.
+                    // The first member's source: one provider decided them all.
                     if let Some(d) = outcome.decision().and_then(|d| d.decisions.first()) {
                         span.record("source", d.source.as_str());
                     }

@@ -166,13 +166,7 @@ impl RoutePrefixes {
     fn of(&self, path: &str) -> Option<&str> {
         self.0
             .iter()
-            .filter(|p| {
-                let p = p.trim_end_matches('/');
-                p.is_empty()
-                    || path
-                        .strip_prefix(p)
-                        .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-            })
+            .filter(|p| crate::app::lies_under(path, p))
             .max_by_key(|p| p.len())
             .map(String::as_str)
     }

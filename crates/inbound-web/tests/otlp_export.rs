@@ -31,6 +31,7 @@ use prost::Message as _;
 const ALLOWED_USER: &str = "alice-raw-subject-4417";
 const TRACED_USER: &str = "bob-raw-subject-9025";
 const EVALUATE_SUBJECT: &str = "carol-raw-subject-3160";
+const LIST_SUBJECTS: &str = "dave-raw-subject-5802";
 const GRPC_SUBJECT: &str = "10.77.66.55";
 
 /// The caller's trace of the HTTP request, and of the gRPC call.
@@ -195,6 +196,17 @@ async fn drive(app: &App) -> Vec<u16> {
         .await
         .expect("POST /v1/evaluate");
     assert_eq!(evaluated.status().as_u16(), 200);
+    // The list form: two limits as one evaluation (`rate_limit.evaluate_all`).
+    let listed = http
+        .post(app.url("/v1/evaluate"))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"requests":[{{"policy":"user","subject":"{LIST_SUBJECTS}-a"}},{{"policy":"user","subject":"{LIST_SUBJECTS}-b","cost":1}}]}}"#
+        ))
+        .send()
+        .await
+        .expect("POST /v1/evaluate (list)");
+    assert_eq!(listed.status().as_u16(), 200);
 
     let mut rls = RateLimitServiceClient::connect(format!("http://{}", app.grpc_addr()))
         .await
@@ -247,8 +259,8 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
     let mut app = App::start(&config(&otlp), &[]);
     assert_eq!(drive(&app).await, [200, 429, 200]);
     // The batch is sent on shutdown, not before (its delay is 5 s): SIGTERM flushes it.
-    // 4 server spans, 4 evaluations under them, 1 gRPC call.
-    let exports = exported_on_exit(&mut app, &got, 9);
+    // 5 server spans, 5 evaluations under them, 1 gRPC call.
+    let exports = exported_on_exit(&mut app, &got, 11);
     let _ = stop.send(());
     let spans = spans(&exports);
 
@@ -256,7 +268,13 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
         assert_eq!(s.service, "otlp-e2e", "{s:?}");
     }
     let bytes = exports.concat();
-    for subject in [ALLOWED_USER, TRACED_USER, EVALUATE_SUBJECT, GRPC_SUBJECT] {
+    for subject in [
+        ALLOWED_USER,
+        TRACED_USER,
+        EVALUATE_SUBJECT,
+        LIST_SUBJECTS,
+        GRPC_SUBJECT,
+    ] {
         assert!(
             !bytes
                 .windows(subject.len())
@@ -290,13 +308,38 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
     assert_eq!(servers[2].trace_id, HTTP_TRACE, "{:?}", servers[2]);
     assert_eq!(servers[2].parent, HTTP_PARENT, "{:?}", servers[2]);
 
-    let evaluate = spans
+    let evaluates: Vec<&Span> = spans
         .iter()
-        .find(|s| s.name == "POST /v1/evaluate")
-        .unwrap_or_else(|| panic!("no /v1/evaluate server span: {spans:#?}"));
-    assert_eq!(evaluate.attributes["http.route"], "/v1/evaluate");
-    let evaluation = child_of(&spans, evaluate, "rate_limit.evaluate");
-    assert_eq!(evaluation.attributes["allowed"], "true", "{evaluation:?}");
+        .filter(|s| s.name == "POST /v1/evaluate")
+        .collect();
+    assert_eq!(evaluates.len(), 2, "{spans:#?}");
+    for evaluate in &evaluates {
+        assert_eq!(evaluate.attributes["http.route"], "/v1/evaluate");
+    }
+    let single = evaluates
+        .iter()
+        .find_map(|e| {
+            spans
+                .iter()
+                .find(|s| s.parent == e.span_id && s.name == "rate_limit.evaluate")
+        })
+        .unwrap_or_else(|| panic!("no evaluation under /v1/evaluate: {spans:#?}"));
+    assert_eq!(single.attributes["allowed"], "true", "{single:?}");
+    let all = evaluates
+        .iter()
+        .find_map(|e| {
+            spans
+                .iter()
+                .find(|s| s.parent == e.span_id && s.name == "rate_limit.evaluate_all")
+        })
+        .unwrap_or_else(|| panic!("no evaluate_all under /v1/evaluate: {spans:#?}"));
+    let a = &all.attributes;
+    assert_eq!(a["limits"], "2", "{all:?}");
+    assert_eq!(a["policies"], "user,user", "{all:?}");
+    assert_eq!(a["costs"], "1,1", "{all:?}");
+    assert_eq!(a["outcome"], "evaluated", "{all:?}");
+    assert_eq!(a["allowed"], "true", "{all:?}");
+    assert_eq!(a["source"], "local", "{all:?}");
 
     let grpc = spans
         .iter()
