@@ -316,23 +316,20 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
     for evaluate in &evaluates {
         assert_eq!(evaluate.attributes["http.route"], "/v1/evaluate");
     }
-    let single = evaluates
-        .iter()
-        .find_map(|e| {
-            spans
-                .iter()
-                .find(|s| s.parent == e.span_id && s.name == "rate_limit.evaluate")
-        })
-        .unwrap_or_else(|| panic!("no evaluation under /v1/evaluate: {spans:#?}"));
+    // One request each: the single form's evaluation and the list form's.
+    let under = |name: &str| -> &Span {
+        evaluates
+            .iter()
+            .find_map(|e| {
+                spans
+                    .iter()
+                    .find(|s| s.parent == e.span_id && s.name == name)
+            })
+            .unwrap_or_else(|| panic!("no {name} under /v1/evaluate: {spans:#?}"))
+    };
+    let single = under("rate_limit.evaluate");
     assert_eq!(single.attributes["allowed"], "true", "{single:?}");
-    let all = evaluates
-        .iter()
-        .find_map(|e| {
-            spans
-                .iter()
-                .find(|s| s.parent == e.span_id && s.name == "rate_limit.evaluate_all")
-        })
-        .unwrap_or_else(|| panic!("no evaluate_all under /v1/evaluate: {spans:#?}"));
+    let all = under("rate_limit.evaluate_all");
     let a = &all.attributes;
     assert_eq!(a["limits"], "2", "{all:?}");
     assert_eq!(a["policies"], "user,user", "{all:?}");
