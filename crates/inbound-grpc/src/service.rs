@@ -44,6 +44,9 @@ pub const MAX_DESCRIPTORS: usize = 64;
 #[derive(Debug, Clone)]
 pub struct RlsService {
     inner: Arc<Inner>,
+    /// Joins a call's span to the caller's trace (its W3C `traceparent` metadata); set by
+    /// the app when it exports traces, so this crate needs no tracing backend.
+    trace_parent: Option<TraceParent>,
 }
 
 #[derive(Debug)]
@@ -54,9 +57,6 @@ struct Inner {
     unknown: UnknownDescriptor,
     budget: Duration,
     metrics: Metrics,
-    /// Joins a call's span to the caller's trace (its W3C `traceparent` metadata); set by
-    /// the app when it exports traces, so this crate needs no tracing backend.
-    trace_parent: Option<TraceParent>,
 }
 
 /// Makes `span` a child of the trace that a call's metadata (`headers`) names, if any.
@@ -91,18 +91,16 @@ impl RlsService {
                 unknown,
                 budget,
                 metrics,
-                trace_parent: None,
             }),
+            trace_parent: None,
         }
     }
 
     /// The service with each call's span joined to the caller's trace by `parent` (see
-    /// [`TraceParent`]). Call it before the service is cloned.
+    /// [`TraceParent`]).
     #[must_use]
     pub fn with_trace_parent(mut self, parent: TraceParent) -> Self {
-        if let Some(inner) = Arc::get_mut(&mut self.inner) {
-            inner.trace_parent = Some(parent);
-        }
+        self.trace_parent = Some(parent);
         self
     }
 
@@ -143,7 +141,7 @@ impl RlsService {
         let answer = if span.is_disabled() {
             self.answer(request).await
         } else {
-            if let Some(parent) = self.inner.trace_parent {
+            if let Some(parent) = self.trace_parent {
                 parent(headers, &span);
             }
             let answer = tracing::Instrument::instrument(self.answer(request), span.clone()).await;
