@@ -67,6 +67,8 @@ struct Span {
     parent: String,
     attributes: HashMap<String, String>,
     service: String,
+    /// The OTLP status code: 0 unset, 1 ok, 2 error.
+    status: i32,
 }
 
 fn text(v: Option<&AnyValue>) -> String {
@@ -103,6 +105,7 @@ fn spans(exports: &[Vec<u8>]) -> Vec<Span> {
                         .map(|kv| (kv.key.clone(), text(kv.value.as_ref())))
                         .collect(),
                     service: service.clone(),
+                    status: s.status.map_or(0, |st| st.code),
                 });
             }
         }
@@ -266,6 +269,8 @@ async fn spans_reach_the_collector_with_outcomes_trace_ids_and_no_subjects() {
 
     for s in &spans {
         assert_eq!(s.service, "otlp-e2e", "{s:?}");
+        // A 429 is the app working: no span is an error.
+        assert_ne!(s.status, 2, "{s:?}");
     }
     let bytes = exports.concat();
     for subject in [
@@ -390,4 +395,29 @@ async fn without_an_endpoint_nothing_is_exported_whatever_the_environment_says()
     assert!(app.terminate().success(), "{}", app.log());
     let _ = stop.send(());
     assert!(got.0.lock().expect("receiver lock").is_empty());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_error_marks_the_request_span_as_an_error() {
+    let (receiver_addr, got, stop) = receiver().await;
+    // Rate limiting disabled: /v1/evaluate answers 503.
+    let otlp = format!("[otlp]\nendpoint = \"http://{receiver_addr}\"\n");
+    let mut app = App::start(&otlp, &[]);
+    let answer = reqwest::Client::new()
+        .post(app.url("/v1/evaluate"))
+        .header("content-type", "application/json")
+        .body(r#"{"policy":"user","subject":"s","cost":1}"#)
+        .send()
+        .await
+        .expect("POST /v1/evaluate");
+    assert_eq!(answer.status().as_u16(), 503);
+    let exports = exported_on_exit(&mut app, &got, 1);
+    let _ = stop.send(());
+    let spans = spans(&exports);
+    let server = spans
+        .iter()
+        .find(|s| s.name == "POST /v1/evaluate")
+        .unwrap_or_else(|| panic!("{spans:#?}"));
+    assert_eq!(server.attributes["http.response.status_code"], "503");
+    assert_eq!(server.status, 2, "{server:?}");
 }
