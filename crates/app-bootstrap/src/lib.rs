@@ -58,6 +58,6 @@ pub use gates::{GateRuntime, build_gates};
 pub use settings::BreakerSettings;
 pub use settings::{
     CostSource, DescriptorRules, EnabledSettings, GrpcSettings, HeaderCondition, HttpSettings,
-    LogFormat, LogSettings, ProviderSettings, RateLimitSettings, ReloadSettings, RouteSettings,
-    Settings, SubjectSource, UnknownDescriptor,
+    LogFormat, LogSettings, OtlpSettings, ProviderSettings, RateLimitSettings, ReloadSettings,
+    RouteSettings, Settings, SubjectSource, UnknownDescriptor,
 };

@@ -9,7 +9,7 @@
 //! | --- | --- |
 //! | `rate_limit.policies.*`, `rate_limit.default_policy`, `rate_limit.failure_policy` | taken (the revision rule below) |
 //! | `[[routes]]`, `[[rls.descriptors]]`, `grpc.unknown_descriptor`, `[reload]` | taken |
-//! | everything else (`[http]`, `[log]`, `grpc.bind`, `rate_limit.enabled`, `provider`, `[rate_limit.redis]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret, `[event_gates.*]`) | refused: these are bound to listeners, connections, stores and publishers that live as long as the process; restart to change them |
+//! | everything else (`[http]`, `[log]`, `grpc.bind`, `rate_limit.enabled`, `provider`, `[rate_limit.redis]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret, `[event_gates.*]`, `[otlp]`) | refused: these are bound to listeners, connections, stores and publishers that live as long as the process; restart to change them |
 //!
 //! **The revision rule.** A policy's stored state is kept under its id and revision and is
 //! read under the parameters in force. So a policy that keeps its id and changes anything

@@ -28,6 +28,8 @@ pub struct Settings {
     pub http: HttpSettings,
     pub log: LogSettings,
     pub reload: ReloadSettings,
+    /// `[otlp]`: OpenTelemetry trace export; no endpoint (the default) exports nothing.
+    pub otlp: OtlpSettings,
     pub rate_limit: RateLimitSettings,
     /// The demo upstream's limited routes, in file order.
     pub routes: Vec<RouteSettings>,
@@ -73,6 +75,109 @@ impl Default for ReloadSettings {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogSettings {
     pub format: LogFormat,
+}
+
+/// `[otlp]`: where finished spans are sent over OTLP/gRPC, as which service, and how many of
+/// the traces this app starts are kept.
+#[derive(Debug, Clone, PartialEq)]
+pub struct OtlpSettings {
+    /// The collector's OTLP/gRPC endpoint (`http://`: the exporter has no TLS); `None` (the
+    /// default): no exporter, no task, no per-request span.
+    pub endpoint: Option<String>,
+    /// The `service.name` resource attribute of every exported span.
+    pub service_name: String,
+    /// The share of new traces sampled, `0.0..=1.0`, parent-based: a request whose
+    /// `traceparent` says sampled is always kept, one that says not sampled never.
+    pub sample_ratio: f64,
+}
+
+impl Default for OtlpSettings {
+    fn default() -> Self {
+        Self {
+            endpoint: None,
+            service_name: "inbound-web".to_owned(),
+            sample_ratio: 1.0,
+        }
+    }
+}
+
+impl OtlpSettings {
+    /// Checks the fields.
+    ///
+    /// # Errors
+    /// [`PolicyErrors`] with one entry per bad field: an `endpoint` that is not an `http://`
+    /// URL with a host and, when given, a port that fits 16 bits (`https://` too: the
+    /// exporter is built without TLS), an empty `service_name`, a `sample_ratio` outside
+    /// `0.0..=1.0`.
+    pub fn validate(&self) -> Result<(), PolicyErrors> {
+        let mut errors = Vec::new();
+        if let Some(endpoint) = &self.endpoint
+            && let Err(problem) = check_endpoint(endpoint)
+        {
+            errors.push(PolicyError {
+                field: "endpoint",
+                problem,
+            });
+        }
+        if self.service_name.trim().is_empty() {
+            errors.push(PolicyError {
+                field: "service_name",
+                problem: "must not be empty".to_owned(),
+            });
+        }
+        if !(0.0..=1.0).contains(&self.sample_ratio) {
+            errors.push(PolicyError {
+                field: "sample_ratio",
+                problem: format!("must be between 0.0 and 1.0, got {}", self.sample_ratio),
+            });
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyErrors(errors))
+        }
+    }
+}
+
+/// `http://host[:port][/path]`, the shape the exporter's transport accepts.
+fn check_endpoint(endpoint: &str) -> Result<(), String> {
+    let bad = |why: &str| {
+        Err(format!(
+            "{endpoint:?} is not an OTLP endpoint such as \"http://127.0.0.1:4317\" ({why})"
+        ))
+    };
+    let Some((scheme, rest)) = endpoint.split_once("://") else {
+        return bad("no scheme");
+    };
+    if scheme.eq_ignore_ascii_case("https") {
+        // TLS in the exporter would put rustls under tonic, which the gRPC server shares and
+        // keeps free of TLS; a collector agent beside the app takes plain OTLP.
+        return bad("https is not supported: send to a collector over http, such as a local agent");
+    }
+    if !scheme.eq_ignore_ascii_case("http") {
+        return bad("the scheme must be http");
+    }
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    if authority.contains('@') {
+        return bad("credentials do not belong in the URL");
+    }
+    let (host, port) = match authority.rsplit_once(':') {
+        // An IPv6 literal without a port (`[::1]`) has colons inside its brackets.
+        Some((host, port)) if !port.contains(']') => (host, Some(port)),
+        _ => (authority, None),
+    };
+    if host.is_empty() || host.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return bad("no host");
+    }
+    if let Some(port) = port
+        && port.parse::<u16>().is_err()
+    {
+        return bad("the port must be a number up to 65535");
+    }
+    if endpoint.chars().any(char::is_whitespace) {
+        return bad("it holds whitespace");
+    }
+    Ok(())
 }
 
 /// How log lines are written.

@@ -385,6 +385,7 @@ impl Limiter {
             shadow,
             outcome = tracing::field::Empty,
             allowed = tracing::field::Empty,
+            source = tracing::field::Empty,
         );
         // One clock read starts both the deadline and the latency measurement.
         let start = Instant::now();
@@ -405,6 +406,9 @@ impl Limiter {
                 if !span.is_disabled() {
                     span.record("outcome", outcome.name());
                     span.record("allowed", self.allows(outcome));
+                    if let Some(d) = outcome.decision() {
+                        span.record("source", d.source.as_str());
+                    }
                     tracing::debug!(
                         parent: &span,
                         micros = elapsed.as_micros() as u64,
@@ -451,9 +455,20 @@ impl Limiter {
         let span = tracing::debug_span!(
             "rate_limit.evaluate_all",
             limits = members.len(),
+            policies = tracing::field::Empty,
+            costs = tracing::field::Empty,
             outcome = tracing::field::Empty,
             allowed = tracing::field::Empty,
+            source = tracing::field::Empty,
         );
+        if !span.is_disabled() {
+            // Joined only for a span someone listens to: the policy ids and costs, never a
+            // subject (the members hold digests, which are not recorded either).
+            let policies: Vec<&str> = entries.iter().map(|e| e.policy.id().as_str()).collect();
+            let costs: Vec<String> = members.iter().map(|m| m.cost.get().to_string()).collect();
+            span.record("policies", policies.join(","));
+            span.record("costs", costs.join(","));
+        }
         let start = Instant::now();
         let first = entries.first().map(|e| e.policy.id());
         let request = Limits::new(limits).and_then(|limits| {
@@ -472,6 +487,10 @@ impl Limiter {
                 if !span.is_disabled() {
                     span.record("outcome", outcome.name());
                     span.record("allowed", outcome.decision().is_some_and(|d| d.allowed));
+                    // The first member's source: one provider decided them all.
+                    if let Some(d) = outcome.decision().and_then(|d| d.decisions.first()) {
+                        span.record("source", d.source.as_str());
+                    }
                 }
             }
             result

@@ -28,4 +28,4 @@ pub mod service;
 
 pub use edge_middleware::descriptors::UnknownDescriptor;
 pub use server::{MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes, serve};
-pub use service::{MAX_DESCRIPTORS, RlsService};
+pub use service::{MAX_DESCRIPTORS, RlsService, TraceParent};

@@ -104,7 +104,9 @@ impl UnaryService<RateLimitRequest> for ShouldRateLimit {
     fn call(&mut self, request: tonic::Request<RateLimitRequest>) -> Self::Future {
         let service = self.0.clone();
         Box::pin(async move {
-            let answer = service.should_rate_limit(request.get_ref()).await?;
+            let answer = service
+                .should_rate_limit_from(request.get_ref(), request.metadata().as_ref())
+                .await?;
             Ok(tonic::Response::new(answer))
         })
     }

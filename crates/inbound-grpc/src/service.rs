@@ -47,6 +47,9 @@ pub struct RlsService {
     /// What is in force; a request answers on the one it loaded, so a reload
     /// ([`RlsService::replace_with`]) never changes a request in flight.
     current: Arc<ArcSwap<Inner>>,
+    /// Joins a call's span to the caller's trace (its W3C `traceparent` metadata); set by
+    /// the app when it exports traces, so this crate needs no tracing backend.
+    trace_parent: Option<TraceParent>,
 }
 
 #[derive(Debug)]
@@ -58,6 +61,9 @@ struct Inner {
     budget: Duration,
     metrics: Metrics,
 }
+
+/// Makes `span` a child of the trace that a call's metadata (`headers`) names, if any.
+pub type TraceParent = fn(headers: &http::HeaderMap, span: &tracing::Span);
 
 /// A descriptor matched to a policy: which limit of the evaluation it is.
 #[derive(Debug, Clone, Copy)]
@@ -89,14 +95,24 @@ impl RlsService {
                 budget,
                 metrics,
             })),
+            trace_parent: None,
         }
     }
 
     /// Puts what `next` answers with in force for this service and every clone of it (a
     /// configuration reload): requests already being answered finish on what they started
-    /// with, later ones use `next`'s port, rules and unknown-descriptor answer.
+    /// with, later ones use `next`'s port, rules and unknown-descriptor answer. This
+    /// service's trace hook stays.
     pub fn replace_with(&self, next: &RlsService) {
         self.current.store(next.current.load_full());
+    }
+
+    /// The service with each call's span joined to the caller's trace by `parent` (see
+    /// [`TraceParent`]).
+    #[must_use]
+    pub fn with_trace_parent(mut self, parent: TraceParent) -> Self {
+        self.trace_parent = Some(parent);
+        self
     }
 
     /// Answers one `RateLimitRequest`.
@@ -109,7 +125,46 @@ impl RlsService {
         &self,
         request: &RateLimitRequest,
     ) -> Result<RateLimitResponse, Status> {
-        let answer = self.answer(request).await;
+        self.should_rate_limit_from(request, &http::HeaderMap::new())
+            .await
+    }
+
+    /// [`Self::should_rate_limit`] for a call whose metadata is `headers`: its span
+    /// (`rls.should_rate_limit`: domain, descriptor count, overall code or gRPC status; never
+    /// a descriptor value) joins the caller's trace when a [`TraceParent`] is set.
+    ///
+    /// # Errors
+    /// As [`Self::should_rate_limit`].
+    pub async fn should_rate_limit_from(
+        &self,
+        request: &RateLimitRequest,
+        headers: &http::HeaderMap,
+    ) -> Result<RateLimitResponse, Status> {
+        let span = tracing::debug_span!(
+            "rls.should_rate_limit",
+            otel.kind = "server",
+            domain = %request.domain,
+            descriptors = request.descriptors.len(),
+            overall_code = tracing::field::Empty,
+            grpc_status = tracing::field::Empty,
+        );
+        // A disabled span (no exporter, no debug log) costs nothing more per call.
+        let answer = if span.is_disabled() {
+            self.answer(request).await
+        } else {
+            if let Some(parent) = self.trace_parent {
+                parent(headers, &span);
+            }
+            let answer = tracing::Instrument::instrument(self.answer(request), span.clone()).await;
+            match &answer {
+                Ok(r) => span.record(
+                    "overall_code",
+                    Code::try_from(r.overall_code).map_or("UNKNOWN", |c| c.as_str_name()),
+                ),
+                Err(s) => span.record("grpc_status", format!("{:?}", s.code())),
+            };
+            answer
+        };
         if tracing::enabled!(tracing::Level::DEBUG) {
             // The domain and counts only: descriptor values are subjects, never logged.
             match &answer {

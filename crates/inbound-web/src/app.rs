@@ -50,13 +50,7 @@ fn upstream(
 {
     move |req: Request<Body>| {
         let path = req.uri().path();
-        let served = prefixes.iter().any(|p| {
-            let p = p.trim_end_matches('/');
-            p.is_empty()
-                || path
-                    .strip_prefix(p)
-                    .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
-        });
+        let served = prefixes.iter().any(|p| lies_under(path, p));
         let r = if served {
             let mut r = Response::new(Body::from(r#"{"ok":true}"#));
             r.headers_mut().insert(
@@ -69,6 +63,16 @@ fn upstream(
         };
         std::future::ready(Ok(r))
     }
+}
+
+/// Whether `path` lies under the route prefix `prefix`, segment-wise: `/api` (or `/api/`)
+/// holds `/api` and `/api/x`, not `/apix`.
+pub(crate) fn lies_under(path: &str, prefix: &str) -> bool {
+    let p = prefix.trim_end_matches('/');
+    p.is_empty()
+        || path
+            .strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The app's router. Rate limiting applies to the demo upstream's `routes` (when enabled);

@@ -17,6 +17,7 @@
 //! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
 //! | [`reload`] | configuration reload on `SIGHUP` and file change; `GET /v1/config` |
 //! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
+//! | [`telemetry`] | `[otlp]`: OpenTelemetry trace export, the server span, the caller's `traceparent` |
 //!
 //! ## Features
 //!
@@ -35,6 +36,7 @@ pub mod openapi;
 pub mod reload;
 pub mod stream;
 pub mod subscribers;
+pub mod telemetry;
 
 // The middleware's names, where this crate exported them before it moved to its own crate.
 pub use edge_middleware::{Limiter, RateLimit, RateLimitLayer, Rule};

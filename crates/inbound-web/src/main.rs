@@ -13,6 +13,7 @@ use std::time::Duration;
 use clap::Parser;
 use edge_middleware::limiter::names;
 use inbound_web::reload;
+use inbound_web::telemetry::{self, Export};
 use metrics_exporter_prometheus::{Matcher, PrometheusBuilder};
 
 /// The rate-limit reference app: the middleware in front of a demo upstream, and the
@@ -47,10 +48,6 @@ fn main() -> ExitCode {
         print!("{}", settings.render());
         return ExitCode::SUCCESS;
     }
-    // After the configuration (its problems go to stderr as plain lines, whatever the
-    // format), before anything that logs.
-    init_log(settings.log.format);
-
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(n) = settings.http.worker_threads {
         runtime.worker_threads(n);
@@ -62,25 +59,50 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    runtime.block_on(run(settings, sources))
+    // The exporter's task and channel live on the runtime, so it is built inside it.
+    let export = match runtime.block_on(async { Export::start(&settings.otlp) }) {
+        Ok(e) => e,
+        Err(e) => {
+            eprintln!("{e}");
+            return ExitCode::from(2);
+        }
+    };
+    // After the configuration (its problems go to stderr as plain lines, whatever the
+    // format), before anything that logs.
+    init_log(settings.log.format, export.as_ref());
+    let code = runtime.block_on(run(settings, sources, export));
+    // A blocking task still running (an export past its timeout) does not hold the exit.
+    runtime.shutdown_timeout(Duration::from_secs(1));
+    code
 }
 
-/// The log on stderr, at `RUST_LOG`'s levels (default `info`), as text or JSON lines.
-fn init_log(format: app_bootstrap::LogFormat) {
+/// The log on stderr, at `RUST_LOG`'s levels (default `info`), as text or JSON lines; and,
+/// with `export`, the spans sent over OTLP (the log's level does not filter them).
+fn init_log(format: app_bootstrap::LogFormat, export: Option<&Export>) {
+    use tracing_subscriber::Layer as _;
+    use tracing_subscriber::layer::SubscriberExt as _;
+    use tracing_subscriber::util::SubscriberInitExt as _;
+
     let filter = tracing_subscriber::EnvFilter::try_from_default_env()
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    match format {
-        app_bootstrap::LogFormat::Text => builder.with_ansi(std::io::stderr().is_terminal()).init(),
-        app_bootstrap::LogFormat::Json => builder
+    let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let log = match format {
+        app_bootstrap::LogFormat::Text => fmt
+            .with_ansi(std::io::stderr().is_terminal())
+            .with_filter(filter)
+            .boxed(),
+        app_bootstrap::LogFormat::Json => fmt
             .json()
             .flatten_event(false)
             .with_current_span(true)
             .with_span_list(true)
-            .init(),
-    }
+            .with_filter(filter)
+            .boxed(),
+    };
+    tracing_subscriber::registry()
+        .with(log)
+        .with(export.map(Export::layer))
+        .init();
 }
 
 /// The Prometheus recorder and its upkeep task; `None` (logged) when it cannot be installed.
@@ -113,7 +135,26 @@ fn install_metrics() -> Option<metrics_exporter_prometheus::PrometheusHandle> {
     }
 }
 
-async fn run(settings: app_bootstrap::Settings, sources: app_bootstrap::Sources) -> ExitCode {
+async fn run(
+    settings: app_bootstrap::Settings,
+    sources: app_bootstrap::Sources,
+    export: Option<Export>,
+) -> ExitCode {
+    let code = serve(&settings, sources, export.is_some()).await;
+    if let Some(export) = export {
+        // After the servers drained, so the last requests' spans go out too.
+        export.shutdown().await;
+    }
+    code
+}
+
+/// Builds and serves the app until a signal drained it; `traced`: whether spans are exported
+/// (then each request gets a server span, and gRPC calls join their caller's trace).
+async fn serve(
+    settings: &app_bootstrap::Settings,
+    sources: app_bootstrap::Sources,
+    traced: bool,
+) -> ExitCode {
     let prometheus = install_metrics();
 
     let runtime = match app_bootstrap::build(&settings.rate_limit).await {
@@ -135,9 +176,14 @@ async fn run(settings: app_bootstrap::Settings, sources: app_bootstrap::Sources)
             settings.grpc.unknown_descriptor,
             rt.budget(),
         );
+        let service = if traced {
+            service.with_trace_parent(telemetry::join_caller_trace)
+        } else {
+            service
+        };
         (bind, service)
     });
-    let gates = match app_bootstrap::build_gates(&settings).await {
+    let gates = match app_bootstrap::build_gates(settings).await {
         Ok(g) => g.map(Arc::new),
         Err(e) => {
             eprintln!("{e}");
@@ -149,10 +195,14 @@ async fn run(settings: app_bootstrap::Settings, sources: app_bootstrap::Sources)
         .map(inbound_web::gate_metrics::spawn)
         .unwrap_or_default();
     let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates.clone()));
-    let view = reload::ConfigView::new(&settings, sources.file.as_deref());
+    let view = reload::ConfigView::new(settings, sources.file.as_deref());
     let state = reload::app_state(runtime.as_ref(), prometheus.clone(), &view);
-    let router =
-        reload::CurrentRouter::new(reload::build_router(state, &settings, gate_api.clone()));
+    let router = reload::CurrentRouter::new(reload::build_router(
+        state,
+        settings,
+        gate_api.clone(),
+        traced,
+    ));
     let reloader = Arc::new(reload::Reloader::new(reload::Parts {
         sources,
         settings: settings.clone(),
@@ -162,6 +212,7 @@ async fn run(settings: app_bootstrap::Settings, sources: app_bootstrap::Sources)
         router: router.clone(),
         rls: rls.as_ref().map(|(_, service)| service.clone()),
         view,
+        traced,
     }));
     let mut reloads = Vec::new();
     #[cfg(unix)]

@@ -165,6 +165,7 @@ pub struct Reloader {
     router: CurrentRouter,
     rls: Option<inbound_grpc::RlsService>,
     view: ConfigView,
+    traced: bool,
     /// One reload at a time; what is in force.
     running: tokio::sync::Mutex<Running>,
     /// The file's content (fingerprint) when the configuration in force was read from it.
@@ -178,9 +179,24 @@ struct Running {
     generation: u64,
 }
 
-/// What [`app_state`] builds: the API state and the router of one configuration.
-pub fn build_router(state: Arc<ApiState>, settings: &Settings, gates: Arc<GateApi>) -> Router {
-    crate::app::router_with_gates(state, &settings.routes, gates)
+/// The router of one configuration over `state` (see [`app_state`]); `traced`: each request
+/// gets a server span (trace export is on).
+pub fn build_router(
+    state: Arc<ApiState>,
+    settings: &Settings,
+    gates: Arc<GateApi>,
+    traced: bool,
+) -> Router {
+    let router = crate::app::router_with_gates(state, &settings.routes, gates);
+    if !traced {
+        return router;
+    }
+    let prefixes =
+        crate::telemetry::RoutePrefixes::new(settings.routes.iter().map(|r| r.path_prefix.clone()));
+    router.layer(axum::middleware::from_fn_with_state(
+        prefixes,
+        crate::telemetry::server_span,
+    ))
 }
 
 /// The API state of `runtime` (`None`: rate limiting disabled), with the view.
@@ -204,6 +220,8 @@ pub struct Parts {
     pub router: CurrentRouter,
     pub rls: Option<inbound_grpc::RlsService>,
     pub view: ConfigView,
+    /// Whether spans are exported (each router then gets the server-span layer).
+    pub traced: bool,
 }
 
 impl Reloader {
@@ -215,6 +233,7 @@ impl Reloader {
             router: parts.router,
             rls: parts.rls,
             view: parts.view,
+            traced: parts.traced,
             running: tokio::sync::Mutex::new(Running {
                 settings: parts.settings,
                 runtime: parts.runtime,
@@ -240,7 +259,7 @@ impl Reloader {
             Ok((settings, runtime)) => {
                 let generation = running.generation + 1;
                 let state = app_state(runtime.as_ref(), self.prometheus.clone(), &self.view);
-                let router = build_router(state, &settings, self.gates.clone());
+                let router = build_router(state, &settings, self.gates.clone(), self.traced);
                 if let (Some(rls), Some(rt)) = (&self.rls, &runtime) {
                     rls.replace_with(&inbound_grpc::RlsService::new(
                         rt.port().clone(),

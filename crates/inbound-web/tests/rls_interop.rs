@@ -39,16 +39,6 @@ fn python_ready() -> bool {
     false
 }
 
-/// The gRPC address the app logged.
-fn grpc_addr(app: &App) -> String {
-    let log = app.log();
-    log.split("gRPC rate-limit service listening on ")
-        .nth(1)
-        .and_then(|rest| rest.lines().next())
-        .map(|a| a.trim().to_owned())
-        .unwrap_or_else(|| panic!("no gRPC listener in the log:\n{log}"))
-}
-
 /// Sends `requests` in order and returns one answer each.
 fn ask(addr: &str, requests: &Value) -> Vec<Value> {
     let out = Command::new("python3")
@@ -107,7 +97,7 @@ fn envoy_python_client_sees_statuses_headers_and_all_or_nothing() {
     let app = App::start(&config, &[]);
     let both: &[&[(&str, &str)]] = &[&[("remote_address", "10.0.0.1")], &[("tenant", "t1")]];
     let answers = ask(
-        &grpc_addr(&app),
+        &app.grpc_addr(),
         &json!([
             request(1, both),
             request(1, both),
@@ -172,14 +162,14 @@ fn envoy_python_client_sees_the_failure_policy_when_redis_is_down() {
     let closed = app("fail_closed");
     let open = app("fail_open");
     let one = json!([request(1, &[&[("tenant", "t9")]])]);
-    assert_eq!(ask(&grpc_addr(&closed), &one)[0]["overall_code"], "OK");
+    assert_eq!(ask(&closed.grpc_addr(), &one)[0]["overall_code"], "OK");
     server.stop();
-    let down = ask(&grpc_addr(&closed), &one);
+    let down = ask(&closed.grpc_addr(), &one);
     let error = down[0]["error"].as_str().unwrap_or("none");
     assert!(
         ["UNAVAILABLE", "UNKNOWN"].contains(&error),
         "fail_closed is a gRPC error status: {down:?}"
     );
-    let through = ask(&grpc_addr(&open), &one);
+    let through = ask(&open.grpc_addr(), &one);
     assert_eq!(through[0]["overall_code"], "OK", "fail_open: {through:?}");
 }

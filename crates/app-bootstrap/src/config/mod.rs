@@ -24,6 +24,7 @@
 //! | `http` | `[http]` |
 //! | `log` | `[log]` |
 //! | `reload` | `[reload]` |
+//! | `otlp` | `[otlp]` (trace export) |
 //! | `rate_limit` | `[rate_limit]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret |
 //! | `redis` | `[rate_limit.redis]` |
 //! | `policies` | `[rate_limit.policies.*]` |
@@ -39,6 +40,7 @@ mod gates;
 mod grpc;
 mod http;
 mod log;
+mod otlp;
 mod policies;
 mod rate_limit;
 pub(crate) mod reader;
@@ -68,6 +70,7 @@ pub const TOP_KEYS: &[&str] = &[
     http::P,
     log::P,
     reload::P,
+    otlp::P,
     rate_limit::P,
     routes::P,
     gates::P,
@@ -207,6 +210,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let http = http::read(&mut c, root.get("http"));
     let log = log::read(&mut c, root.get("log"));
     let reload = reload::read(&mut c, root.get(reload::P));
+    let otlp = otlp::read(&mut c, root.get(otlp::P));
     let rate_limit = rate_limit::read(&mut c, root.get("rate_limit"), base);
     let routes = routes::read(&mut c, root.get("routes"), &rate_limit);
     let event_gates = gates::read(&mut c, root.get("event_gates"), rate_limit.gate_provider);
@@ -219,11 +223,12 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     let grpc = grpc::read(&mut c, root.get(grpc::P), http_bind, enabled);
     let rls = grpc::read_rules(&mut c, root.get(grpc::RLS), &rate_limit.policy_ids);
 
-    match (c.count() == 0, http, log, reload, rate_limit.settings) {
-        (true, Some(http), Some(log), Some(reload), Some(rate_limit)) => Ok(Settings {
+    match (c.count() == 0, http, log, reload, otlp, rate_limit.settings) {
+        (true, Some(http), Some(log), Some(reload), Some(otlp), Some(rate_limit)) => Ok(Settings {
             http,
             log,
             reload,
+            otlp,
             rate_limit,
             routes: routes.unwrap_or_default(),
             event_gates: event_gates.unwrap_or_default(),
@@ -240,6 +245,7 @@ pub(crate) fn render(settings: &Settings) -> String {
     http::render(&mut o, &settings.http);
     log::render(&mut o, &settings.log);
     reload::render(&mut o, &settings.reload);
+    otlp::render(&mut o, &settings.otlp);
     rate_limit::render(&mut o, &settings.rate_limit);
     routes::render(&mut o, &settings.routes);
     gates::render(&mut o, &settings.event_gates);

@@ -201,6 +201,35 @@ impl Check {
         }
     }
 
+    /// A number, whole or not (`1`, `0.25`; from the environment, its decimal text); a
+    /// NaN or infinity is refused here, since no rule could hold it.
+    pub(crate) fn number(&mut self, path: &str, v: Option<&Value>) -> Option<f64> {
+        let f = match v? {
+            Value::Num(_, n) => match integer(n) {
+                // A whole number this large loses digits as f64; no field wants one.
+                Some(i) => i as f64,
+                None => n.to_f64().unwrap_or(f64::NAN),
+            },
+            Value::String(_, t) => match t.trim().parse::<f64>() {
+                Ok(f) => f,
+                Err(_) => {
+                    self.push(path, format!("must be a number, got {t:?}"));
+                    return None;
+                }
+            },
+            other => {
+                self.push(path, format!("must be a number, got {}", show(other)));
+                return None;
+            }
+        };
+        if f.is_finite() {
+            Some(f)
+        } else {
+            self.push(path, format!("must be a finite number, got {f}"));
+            None
+        }
+    }
+
     /// A humantime duration string (`"50ms"`, `"1s"`, `"2m"`).
     pub(crate) fn duration(&mut self, path: &str, v: Option<&Value>) -> Option<Duration> {
         match v? {
@@ -340,6 +369,16 @@ impl Scalar for String {
     }
     fn render(&self) -> String {
         toml_str(self)
+    }
+}
+
+impl Scalar for f64 {
+    fn read(c: &mut Check, path: &str, v: &Value) -> Option<Self> {
+        c.number(path, Some(v))
+    }
+    /// `{:?}` keeps the point (`1.0`), so the value reads back as a TOML float.
+    fn render(&self) -> String {
+        format!("{self:?}")
     }
 }
 

@@ -96,6 +96,16 @@ impl App {
         assert!(status.success(), "kill -{signal} failed");
     }
 
+    /// The gRPC address the app logged (with `[grpc] bind`).
+    pub fn grpc_addr(&self) -> String {
+        let log = self.log();
+        log.split("gRPC rate-limit service listening on ")
+            .nth(1)
+            .and_then(|rest| rest.lines().next())
+            .map(|a| a.trim().to_owned())
+            .unwrap_or_else(|| panic!("no gRPC listener in the log:\n{log}"))
+    }
+
     /// Sends SIGTERM and waits (at most 10 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
