@@ -48,6 +48,13 @@
 //! unavailable global provider: `source = local_fallback`, `certainty = approximate_fallback`
 //! (N instances may admit up to N times the limit).
 //!
+//! # Concurrency leases
+//!
+//! A concurrency policy's leases are one more kind of key state
+//! ([`shared_contract::model::concurrency`]), acquired and released under the key's lock
+//! ([`LocalProvider::acquire_now`], [`LocalProvider::release_now`]); lease tokens come from
+//! an injected [`TokenSource`].
+//!
 //! # Several limits, evaluation ids
 //!
 //! [`LocalProvider::evaluate_all_now`] decides several limits as one
@@ -69,6 +76,7 @@
 //! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
 pub mod gate;
+mod leases;
 mod replay;
 mod store;
 
@@ -80,6 +88,9 @@ use parking_lot::Mutex;
 use shared_contract::model::multi::{self as multi_model, Member, MultiVerdict};
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::multi::replay_window_ms;
+use shared_contract::{
+    AcquireOutcome, AcquireRequest, RandomTokens, ReleaseOutcome, ReleaseRequest, TokenSource,
+};
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
     PolicyError, PolicyErrors, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy,
@@ -146,6 +157,8 @@ pub struct LocalProvider {
     /// First decisions of evaluations with an id. Evaluations with an id run under this lock
     /// (check, evaluate, remember), so concurrent retries of one id charge once.
     replays: Mutex<Replays>,
+    /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
+    tokens: Arc<dyn TokenSource>,
 }
 
 impl fmt::Debug for LocalProvider {
@@ -201,7 +214,15 @@ impl LocalProvider {
             certainty,
             max_keys: settings.max_keys,
             replays: Mutex::new(Replays::default()),
+            tokens: Arc::new(RandomTokens::default()),
         }
+    }
+
+    /// The same provider, taking lease tokens from `tokens` (tests fix them this way).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// Evaluates one request now, without an executor: the same code the port runs (the port
@@ -399,6 +420,14 @@ impl EdgeRateLimitPort for LocalProvider {
 
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
         self.evaluate_all_now(&request)
+    }
+
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        self.acquire_now(&request)
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        self.release_now(&request)
     }
 
     fn policies(&self) -> &PolicySet {

@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
-    RateLimitRequest, Readiness, RequestError, SystemClock, UnavailableCategory,
+    AcquireOutcome, AcquireRequest, Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest,
+    PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
+    RequestError, SystemClock, UnavailableCategory,
 };
 
 use crate::settings::BreakerSettings;
@@ -241,6 +242,30 @@ impl Counted for MultiOutcome {
     }
 }
 
+impl Counted for AcquireOutcome {
+    fn failure(&self) -> Option<bool> {
+        match self {
+            AcquireOutcome::Acquired(_) | AcquireOutcome::Denied { .. } => Some(false),
+            AcquireOutcome::Indeterminate { .. } => Some(true),
+            AcquireOutcome::Unavailable { category, .. } => unavailable_failure(*category),
+            AcquireOutcome::Incompatible { .. } => None,
+        }
+    }
+}
+
+impl Counted for ReleaseOutcome {
+    fn failure(&self) -> Option<bool> {
+        match self {
+            ReleaseOutcome::Released | ReleaseOutcome::Expired | ReleaseOutcome::NotHeld => {
+                Some(false)
+            }
+            ReleaseOutcome::Indeterminate { .. } => Some(true),
+            ReleaseOutcome::Unavailable { category, .. } => unavailable_failure(*category),
+            ReleaseOutcome::Incompatible { .. } => None,
+        }
+    }
+}
+
 impl CircuitBreaker {
     /// Runs `call` through the breaker: closed, it is sent and its outcome counted; open
     /// after the cool-down, it is the probe; otherwise `admit` checks the request and
@@ -317,6 +342,34 @@ impl EdgeRateLimitPort for CircuitBreaker {
             || self.inner.policies().admit_all(&check).map(|_| ()),
             |retry_after_ms| MultiOutcome::Unavailable {
                 policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        let policy_id = request.policy_id.clone();
+        let check = request.policy_id.clone();
+        self.guarded(
+            self.inner.acquire_lease(request),
+            || self.inner.policies().admit_lease(&check).map(|_| ()),
+            |retry_after_ms| AcquireOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        let check = request.lease.policy_id.clone();
+        self.guarded(
+            self.inner.release_lease(request),
+            || self.inner.policies().admit_lease(&check).map(|_| ()),
+            |retry_after_ms| ReleaseOutcome::Unavailable {
                 retry_after_ms,
                 category: UnavailableCategory::CircuitOpen,
             },
