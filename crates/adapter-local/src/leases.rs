@@ -53,6 +53,11 @@ impl LocalProvider {
         let (policy, params) = self.policies.admit_lease(&request.policy_id)?;
         let (key, lifetime_ms) = self.lease_key(policy, &request.subject)?;
         let token = self.tokens.next_token();
+        let id = || LeaseId {
+            policy_id: policy.id().clone(),
+            subject: request.subject,
+            token,
+        };
         let incompatible = || AcquireOutcome::Incompatible {
             policy_id: policy.id().clone(),
             category: IncompatibleCategory::State,
@@ -60,10 +65,8 @@ impl LocalProvider {
         Ok(self
             .store
             .update(key, &*self.clock, lifetime_ms, |state, now_ms| {
-                let state = match state {
-                    None => None,
-                    Some(AlgorithmState::Concurrency(s)) => Some(s),
-                    Some(_) => return (None, incompatible()),
+                let Ok(state) = leases_of(state) else {
+                    return (None, incompatible());
                 };
                 match concurrency::acquire(&params, state, now_ms, token) {
                     Ok(Acquire::Acquired {
@@ -73,18 +76,15 @@ impl LocalProvider {
                     }) => (
                         Some(AlgorithmState::Concurrency(new_state)),
                         AcquireOutcome::Acquired(Lease {
-                            id: LeaseId {
-                                policy_id: policy.id().clone(),
-                                subject: request.subject,
-                                token,
-                            },
-                            revision: policy.revision(),
-                            expires_at_ms,
-                            ttl_ms: params.lease_ttl_ms(),
-                            limit: params.limit(),
-                            remaining,
-                            source: self.source,
                             certainty: self.certainty.unwrap_or(Certainty::Certain),
+                            ..Lease::new(
+                                policy,
+                                &params,
+                                id(),
+                                expires_at_ms,
+                                remaining,
+                                self.source,
+                            )
                         }),
                     ),
                     Ok(Acquire::Denied { retry_after_ms }) => (

@@ -16,6 +16,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::decision::{Certainty, IncompatibleCategory, Source, UnavailableCategory};
 use crate::ids::{Deadline, PolicyId, PolicyRevision, SubjectDigest};
+use crate::policy::{ConcurrencyParams, RateLimitPolicy};
 
 /// The random part of a lease id: 128 bits, unguessable, so only the holder (who was told
 /// the id) can release the lease.
@@ -232,6 +233,31 @@ pub struct Lease {
     pub remaining: u64,
     pub source: Source,
     pub certainty: Certainty,
+}
+
+impl Lease {
+    /// The lease `id` of `policy` (a concurrency policy with `params`), held until
+    /// `expires_at_ms` with `remaining` places still free; `certain` unless a provider says
+    /// otherwise.
+    pub fn new(
+        policy: &RateLimitPolicy,
+        params: &ConcurrencyParams,
+        id: LeaseId,
+        expires_at_ms: u64,
+        remaining: u64,
+        source: Source,
+    ) -> Self {
+        Self {
+            id,
+            revision: policy.revision(),
+            expires_at_ms,
+            ttl_ms: params.lease_ttl_ms(),
+            limit: params.limit(),
+            remaining,
+            source,
+            certainty: Certainty::Certain,
+        }
+    }
 }
 
 /// The honest result of an acquire. Only `Acquired` holds a lease.
