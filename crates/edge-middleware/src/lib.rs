@@ -16,6 +16,7 @@
 //! | --- | --- |
 //! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
+//! | [`leases`] | concurrency leases: the limiter's acquire and release, with metrics |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
 //! | [`rule`] | which requests a policy limits (path, methods, host, headers), the subject parts, the cost |
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
@@ -94,6 +95,7 @@
 pub mod descriptors;
 pub mod headers;
 pub mod layer;
+pub mod leases;
 pub mod limiter;
 pub mod problem;
 pub mod rule;

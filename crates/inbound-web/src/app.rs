@@ -28,7 +28,7 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
-use axum::routing::{get, post};
+use axum::routing::{delete, get, post};
 use edge_middleware::{RateLimitLayer, problem};
 use tower::ServiceExt as _;
 
@@ -97,7 +97,9 @@ pub fn router_with_gates(
         })
         .route("/metrics", get(api::metrics))
         .route("/openapi.json", get(crate::openapi::document))
-        .route("/v1/evaluate", post(api::evaluate));
+        .route("/v1/evaluate", post(api::evaluate))
+        .route("/v1/leases", post(crate::leases::acquire))
+        .route("/v1/leases/{lease_id}", delete(crate::leases::release));
     let api = match state.limiter() {
         Some(limiter) => {
             let default = limiter.policies().default_id().clone();
