@@ -82,6 +82,13 @@ impl App {
         self.stderr.lock().expect("log lock").clone()
     }
 
+    /// Sends SIGKILL (a crash: nothing is drained, released or flushed) and reaps it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Sends SIGTERM and waits (at most 10 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
