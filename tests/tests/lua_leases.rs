@@ -159,92 +159,13 @@ fn lease_programs_equal_the_model() {
     let result = runner.run(&strategy, |(limit, ttl, start, ops)| {
         *counter.borrow_mut() += 1;
         let key = format!("rl:{{lease}}diff-{}", counter.borrow());
-        let con = &mut con.borrow_mut();
-        let seen = &mut seen.borrow_mut();
-        let p = params(limit, ttl);
-        let mut now = start;
-        let mut state: Option<ConcurrencyState> = None;
-        let mut issued = 0u64;
-        for op in ops {
-            match op {
-                Op::Acquire => {
-                    issued += 1;
-                    let t = token(issued);
-                    let cmd = programs.acquire.command(
-                        &key,
-                        &[
-                            t.to_hex(),
-                            limit.to_string(),
-                            ttl.to_string(),
-                            now.to_string(),
-                        ],
-                    );
-                    let (reply, leases, pttl) = call(con, cmd, &key)?;
-                    let (status, n) = fields(&reply)?;
-                    *seen.entry(status.clone()).or_default() += 1;
-                    match concurrency::acquire(&p, state.as_ref(), now, t).expect("in range") {
-                        Acquire::Acquired {
-                            expires_at_ms,
-                            remaining,
-                            new_state,
-                        } => {
-                            let want = vec![
-                                now as i64,
-                                expires_at_ms as i64,
-                                limit as i64,
-                                remaining as i64,
-                                0,
-                            ];
-                            prop_assert_eq!((status.as_str(), n), ("ACQUIRED", want));
-                            prop_assert_eq!(&leases, &sorted(&new_state));
-                            let latest = new_state.latest_expiry_ms().unwrap_or(now);
-                            let want = (latest - now) as i64;
-                            prop_assert!(
-                                pttl <= want && pttl >= want - PTTL_TOLERANCE_MS,
-                                "TTL {} of the latest lease, want {}",
-                                pttl,
-                                want
-                            );
-                            state = Some(new_state);
-                        }
-                        Acquire::Denied { retry_after_ms } => {
-                            let want = vec![now as i64, 0, limit as i64, 0, retry_after_ms as i64];
-                            prop_assert_eq!((status.as_str(), n), ("DENIED", want));
-                            let before = state.as_ref().map(sorted).unwrap_or_default();
-                            prop_assert_eq!(&leases, &before, "a denial changes nothing");
-                        }
-                    }
-                }
-                Op::Release(_) | Op::ReleaseUnknown => {
-                    let t = match op {
-                        Op::Release(k) if issued > 0 => token(1 + k % issued),
-                        _ => token(u64::MAX),
-                    };
-                    let cmd = programs
-                        .release
-                        .command(&key, &[t.to_hex(), now.to_string()]);
-                    let (reply, leases, _) = call(con, cmd, &key)?;
-                    let (status, n) = fields(&reply)?;
-                    *seen.entry(status.clone()).or_default() += 1;
-                    prop_assert_eq!(n, vec![now as i64]);
-                    let (want, new_state) =
-                        concurrency::release(state.as_ref(), now, t).expect("in range");
-                    let want = match want {
-                        Release::Released => "RELEASED",
-                        Release::Expired => "EXPIRED",
-                        Release::NotHeld => "NOT_HELD",
-                    };
-                    prop_assert_eq!(status.as_str(), want);
-                    if let Some(s) = new_state {
-                        state = Some(s);
-                    }
-                    let after = state.as_ref().map(sorted).unwrap_or_default();
-                    prop_assert_eq!(&leases, &after, "only the named lease left");
-                }
-                Op::Advance(d) => now += d,
-            }
-        }
-        Ok(())
+        run_case(
+            &mut con.borrow_mut(),
+            &programs,
+            &key,
+            (limit, ttl, start, ops),
+            &mut seen.borrow_mut(),
+        )
     });
     if let Err(e) = result {
         panic!("lease programs: {e}");
@@ -257,6 +178,100 @@ fn lease_programs_equal_the_model() {
             "{status} reached too rarely: {seen:?}"
         );
     }
+}
+
+/// One random sequence on a fresh key: every step against the model.
+fn run_case(
+    con: &mut redis::Connection,
+    programs: &Programs,
+    key: &str,
+    (limit, ttl, start, ops): (u64, u64, u64, Vec<Op>),
+    seen: &mut BTreeMap<String, u64>,
+) -> Result<(), TestCaseError> {
+    let p = params(limit, ttl);
+    let mut now = start;
+    let mut state: Option<ConcurrencyState> = None;
+    let mut issued = 0u64;
+    for op in ops {
+        match op {
+            Op::Acquire => {
+                issued += 1;
+                let t = token(issued);
+                let cmd = programs.acquire.command(
+                    key,
+                    &[
+                        t.to_hex(),
+                        limit.to_string(),
+                        ttl.to_string(),
+                        now.to_string(),
+                    ],
+                );
+                let (reply, leases, pttl) = call(con, cmd, key)?;
+                let (status, n) = fields(&reply)?;
+                *seen.entry(status.clone()).or_default() += 1;
+                match concurrency::acquire(&p, state.as_ref(), now, t).expect("in range") {
+                    Acquire::Acquired {
+                        expires_at_ms,
+                        remaining,
+                        new_state,
+                    } => {
+                        let want = vec![
+                            now as i64,
+                            expires_at_ms as i64,
+                            limit as i64,
+                            remaining as i64,
+                            0,
+                        ];
+                        prop_assert_eq!((status.as_str(), n), ("ACQUIRED", want));
+                        prop_assert_eq!(&leases, &sorted(&new_state));
+                        let latest = new_state.latest_expiry_ms().unwrap_or(now);
+                        let want = (latest - now) as i64;
+                        prop_assert!(
+                            pttl <= want && pttl >= want - PTTL_TOLERANCE_MS,
+                            "TTL {} of the latest lease, want {}",
+                            pttl,
+                            want
+                        );
+                        state = Some(new_state);
+                    }
+                    Acquire::Denied { retry_after_ms } => {
+                        let want = vec![now as i64, 0, limit as i64, 0, retry_after_ms as i64];
+                        prop_assert_eq!((status.as_str(), n), ("DENIED", want));
+                        let before = state.as_ref().map(sorted).unwrap_or_default();
+                        prop_assert_eq!(&leases, &before, "a denial changes nothing");
+                    }
+                }
+            }
+            Op::Release(_) | Op::ReleaseUnknown => {
+                let t = match op {
+                    Op::Release(k) if issued > 0 => token(1 + k % issued),
+                    _ => token(u64::MAX),
+                };
+                let cmd = programs
+                    .release
+                    .command(key, &[t.to_hex(), now.to_string()]);
+                let (reply, leases, _) = call(con, cmd, key)?;
+                let (status, n) = fields(&reply)?;
+                *seen.entry(status.clone()).or_default() += 1;
+                prop_assert_eq!(n, vec![now as i64]);
+                let (want, new_state) =
+                    concurrency::release(state.as_ref(), now, t).expect("in range");
+                let want = match want {
+                    Release::Released => "RELEASED",
+                    Release::Expired => "EXPIRED",
+                    Release::NotHeld => "NOT_HELD",
+                };
+                prop_assert_eq!(status.as_str(), want);
+                if let Some(s) = new_state {
+                    state = Some(s);
+                }
+                let after = state.as_ref().map(sorted).unwrap_or_default();
+                prop_assert_eq!(&leases, &after, "only the named lease left");
+            }
+            Op::Advance(d) => now += d,
+        }
+    }
+    Ok(())
 }
 
 #[test]

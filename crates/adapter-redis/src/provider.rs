@@ -76,7 +76,7 @@ use crate::acl::Needs;
 use crate::error::Error;
 use crate::failure::Failure;
 use crate::keys::{PolicyKeys, ReplayMember, hash_slot, replay_key};
-use crate::leases::{self, Leasing};
+use crate::leases::Leasing;
 use crate::pool::Pool;
 use crate::programs::{self, Program};
 use crate::reply;
@@ -224,7 +224,7 @@ impl RedisProvider {
             .iter()
             .any(|p| p.kind() == AlgorithmKind::Concurrency)
         {
-            scripts.extend(leases::scripts());
+            scripts.extend(crate::leases::scripts());
         }
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
         let pool = Pool::start(&settings, resolved, scripts, needs).await;
