@@ -7,13 +7,14 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use acceptance_tests::conformance_leases::{acquire, deadline, lease, release};
 use acceptance_tests::rate::{TestPolicy, subject};
 use acceptance_tests::redis_provider::{connect, query, settings};
 use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::RedisProvider;
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, AlgorithmKind, AlgorithmSpec, Deadline, EdgeRateLimitPort,
-    LeaseId, RateLimitPolicy, ReleaseOutcome, ReleaseRequest, RequestError, SubjectDigest,
+    AcquireOutcome, AcquireRequest, AlgorithmKind, AlgorithmSpec, EdgeRateLimitPort, LeaseId,
+    RateLimitPolicy, ReleaseOutcome, RequestError, SubjectDigest,
 };
 
 fn concurrency(id: &str, limit: u64, ttl: Duration) -> RateLimitPolicy {
@@ -25,36 +26,6 @@ fn concurrency(id: &str, limit: u64, ttl: Duration) -> RateLimitPolicy {
         },
     )
     .build()
-}
-
-fn deadline() -> Deadline {
-    Deadline::within(Duration::from_secs(10)).expect("valid deadline")
-}
-
-async fn acquire(p: &RedisProvider, policy: &RateLimitPolicy, s: SubjectDigest) -> AcquireOutcome {
-    p.acquire_lease(AcquireRequest {
-        policy_id: policy.id().clone(),
-        subject: s,
-        deadline: deadline(),
-    })
-    .await
-    .expect("a concurrency policy")
-}
-
-async fn release(p: &RedisProvider, lease: &LeaseId) -> ReleaseOutcome {
-    p.release_lease(ReleaseRequest {
-        lease: lease.clone(),
-        deadline: deadline(),
-    })
-    .await
-    .expect("a concurrency policy")
-}
-
-fn lease(o: AcquireOutcome) -> LeaseId {
-    match o {
-        AcquireOutcome::Acquired(l) => l.id,
-        other => panic!("expected a lease, got {other:?}"),
-    }
 }
 
 /// `n` acquires at once, alternating between `a` and `b`: the leases acquired, and how
@@ -70,7 +41,7 @@ async fn wave(
         .map(|i| {
             let port = if i % 2 == 0 { a.clone() } else { b.clone() };
             let policy = policy.clone();
-            tokio::spawn(async move { acquire(&port, &policy, s).await })
+            tokio::spawn(async move { acquire(&*port, &policy, s).await })
         })
         .collect();
     let (mut leases, mut denied) = (Vec::new(), 0);
@@ -110,7 +81,7 @@ async fn three_thousand_concurrent_acquires_over_two_instances_hold_exactly_the_
         .map(|(i, l)| {
             let port = if i % 2 == 0 { b.clone() } else { a.clone() };
             let l = l.clone();
-            tokio::spawn(async move { release(&port, &l).await })
+            tokio::spawn(async move { release(&*port, &l).await })
         })
         .collect();
     for r in releases {
