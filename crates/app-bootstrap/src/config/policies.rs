@@ -433,6 +433,25 @@ lease_ttl = "30s"
             assert!(e.names(&format!("rate_limit.policies.{key}")), "{key}: {e}");
         }
     }
+
+    #[test]
+    fn a_concurrency_route_takes_no_cost_header_or_shadow_and_no_descriptor_names_one() {
+        let route = "[[routes]]\npath_prefix = \"/jobs\"\npolicy = \"jobs\"\nsubject = \"ip\"\n";
+        assert!(from_toml(&format!("{FILE}{route}")).is_ok());
+        let cases = [
+            (format!("{route}cost = \"header:x-cost\"\n"), "routes[0].cost"),
+            (format!("{route}shadow = true\n"), "routes[0].shadow"),
+            (
+                "[[rls.descriptors]]\ndomain = \"edge\"\nentries = [\"remote_address\"]\npolicy = \"jobs\"\n"
+                    .to_owned(),
+                "rls.descriptors[0].policy",
+            ),
+        ];
+        for (extra, key) in cases {
+            let e = from_toml(&format!("{FILE}{extra}")).expect_err(key);
+            assert!(e.names(key), "{key}: {e}");
+        }
+    }
 }
 
 #[cfg(test)]

@@ -135,6 +135,9 @@ pub(super) struct RateLimit {
     pub(super) settings: Option<RateLimitSettings>,
     pub(super) policy_ids: Vec<PolicyId>,
     pub(super) max_costs: Vec<(PolicyId, u64)>,
+    /// The valid concurrency policies: a route naming one holds a lease, an Envoy
+    /// descriptor may not name one.
+    pub(super) concurrency_ids: Vec<PolicyId>,
     pub(super) default_policy: Option<PolicyId>,
 }
 
@@ -144,6 +147,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
             settings: None,
             policy_ids: Vec::new(),
             max_costs: Vec::new(),
+            concurrency_ids: Vec::new(),
             default_policy: None,
         };
     };
@@ -156,6 +160,11 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
     let max_costs = policies
         .iter()
         .map(|p| (p.id().clone(), p.max_cost().get()))
+        .collect();
+    let concurrency_ids = policies
+        .iter()
+        .filter(|p| p.kind() == shared_contract::AlgorithmKind::Concurrency)
+        .map(|p| p.id().clone())
         .collect();
     let default_policy = draft.default_policy.clone();
     let local = read_section(
@@ -207,6 +216,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         settings,
         policy_ids,
         max_costs,
+        concurrency_ids,
         default_policy,
     }
 }
