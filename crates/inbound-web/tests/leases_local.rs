@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::App;
+use common::{App, sample};
 
 const CONFIG: &str = r#"
 [rate_limit]
@@ -28,13 +28,6 @@ path_prefix = "/work"
 policy = "jobs"
 subject = "header:x-user"
 "#;
-
-/// The value of the sample line starting with `series` (name and labels), 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 #[tokio::test]
 async fn a_routes_lease_is_released_when_its_response_is_sent() {

@@ -158,6 +158,14 @@ url = "{url}"
     )
 }
 
+/// The value of the sample line starting with `series` (name and labels) in a `/metrics`
+/// text, 0 when absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
+}
+
 /// The text of `/metrics`.
 pub async fn metrics(client: &reqwest::Client, app: &App) -> String {
     client
