@@ -320,3 +320,33 @@ fn bad_arguments_and_another_type_are_refused_and_change_nothing() {
     let v: String = redis::cmd("GET").arg(key).query(&mut con).expect("GET");
     assert_eq!(v, "x", "another type is left alone");
 }
+
+#[test]
+fn a_repeated_token_is_refused_while_held_and_reusable_once_expired_like_the_model() {
+    let server = RedisServer::shared();
+    let mut con = server.connection();
+    let programs = load(&mut con);
+    let key = "rl:{lease}repeat";
+    let p = params(3, 1_000);
+    let t = token(42);
+    let run = |con: &mut redis::Connection, now: u64| {
+        let cmd = programs.acquire.command(
+            key,
+            &[t.to_hex(), "3".into(), "1000".into(), now.to_string()],
+        );
+        let reply: redis::Value = cmd.query(con).expect("a reply");
+        fields(&reply).expect("fields").0
+    };
+    let first = concurrency::acquire(&p, None, 5_000, t).expect("in range");
+    let Acquire::Acquired { new_state, .. } = first else {
+        panic!("a free place")
+    };
+    assert_eq!(run(&mut con, 5_000), "ACQUIRED");
+    assert!(concurrency::acquire(&p, Some(&new_state), 5_500, t).is_err());
+    assert_eq!(run(&mut con, 5_500), "STATE_INCOMPATIBLE");
+    assert!(matches!(
+        concurrency::acquire(&p, Some(&new_state), 6_000, t),
+        Ok(Acquire::Acquired { .. })
+    ));
+    assert_eq!(run(&mut con, 6_000), "ACQUIRED");
+}

@@ -72,8 +72,9 @@ fn check_now(now_ms: u64) -> Result<(), ModelError> {
 /// One acquire of `token` at `now_ms`. See the module docs.
 ///
 /// # Errors
-/// [`ModelError::ClockOutOfRange`]; [`ModelError::StateIncompatible`] when `token` is held
-/// already (tokens are random: a repeat is a broken token source, never a second place).
+/// [`ModelError::ClockOutOfRange`]; [`ModelError::StateIncompatible`] when a live lease
+/// holds `token` already (tokens are random: a repeat is a broken token source, never a
+/// second place).
 pub fn acquire(
     p: &ConcurrencyParams,
     state: Option<&ConcurrencyState>,
@@ -82,10 +83,11 @@ pub fn acquire(
 ) -> Result<Acquire, ModelError> {
     check_now(now_ms)?;
     let leases: &[(LeaseToken, u64)] = state.map_or(&[], |s| &s.leases);
-    if leases.iter().any(|(t, _)| *t == token) {
+    let live: Vec<(LeaseToken, u64)> = leases.iter().copied().filter(|l| l.1 > now_ms).collect();
+    // Checked after the expired leases are dropped, as the Lua program does.
+    if live.iter().any(|(t, _)| *t == token) {
         return Err(ModelError::StateIncompatible("lease token already held"));
     }
-    let live: Vec<(LeaseToken, u64)> = leases.iter().copied().filter(|l| l.1 > now_ms).collect();
     let held = live.len() as u64;
     if held >= p.limit() {
         let earliest = live.iter().map(|l| l.1).min().unwrap_or(now_ms);
