@@ -223,3 +223,96 @@ async fn a_rate_limit_denial_inside_holds_no_lease() {
     assert!(!body_text(denied).await.contains("lease_limit_reached"));
     assert_eq!(held(&f, "u-3"), 0, "its lease was released with the denial");
 }
+
+/// A provider that answers every acquire `Unavailable(connect)`.
+#[derive(Debug)]
+struct Down(PolicySet);
+
+#[async_trait::async_trait]
+impl shared_contract::EdgeRateLimitPort for Down {
+    async fn evaluate(
+        &self,
+        _: shared_contract::RateLimitRequest,
+    ) -> Result<shared_contract::RateLimitOutcome, shared_contract::RequestError> {
+        Err(shared_contract::RequestError::LeasesUnsupported)
+    }
+
+    async fn evaluate_all(
+        &self,
+        _: shared_contract::MultiRequest,
+    ) -> Result<shared_contract::MultiOutcome, shared_contract::RequestError> {
+        Err(shared_contract::RequestError::LeasesUnsupported)
+    }
+
+    async fn acquire_lease(
+        &self,
+        r: shared_contract::AcquireRequest,
+    ) -> Result<shared_contract::AcquireOutcome, shared_contract::RequestError> {
+        Ok(shared_contract::AcquireOutcome::Unavailable {
+            policy_id: r.policy_id,
+            retry_after_ms: 2_500,
+            category: shared_contract::UnavailableCategory::Connect,
+        })
+    }
+
+    fn policies(&self) -> &PolicySet {
+        &self.0
+    }
+}
+
+#[tokio::test]
+async fn a_provider_failure_follows_the_policys_failure_policy() {
+    let with = |failure_policy| {
+        let jobs = RateLimitPolicy::new(PolicySpec {
+            failure_policy,
+            ..PolicySpec {
+                id: PolicyId::new("jobs").expect("valid id"),
+                revision: PolicyRevision::new(1).expect("valid"),
+                algorithm: AlgorithmSpec::Concurrency {
+                    limit: 1,
+                    lease_ttl: Duration::from_secs(1),
+                },
+                max_cost: 1,
+                cleanup_grace: Duration::ZERO,
+                max_clock_regression: Duration::ZERO,
+                failure_policy: FailurePolicy::FailClosed,
+            }
+        })
+        .expect("valid policy");
+        let set = PolicySet::new([jobs], PolicyId::new("jobs").expect("id")).expect("set");
+        let limiter = Arc::new(Limiter::new(
+            Arc::new(Down(set)),
+            SubjectHasher::new(&SubjectSecret::random()),
+            FailurePolicy::FailClosed,
+            Duration::from_secs(1),
+        ));
+        let upstream = tower::service_fn(|_req: Request<Body>| async {
+            Ok::<_, std::convert::Infallible>(Response::new(Body::from("done")))
+        });
+        let rule = Rule::new(
+            "/work",
+            PolicyId::new("jobs").expect("id"),
+            SubjectSource::Header("x-user".into()),
+        );
+        tower::ServiceBuilder::new()
+            .layer(ConcurrencyLayer::new(limiter, vec![rule]))
+            .service(upstream)
+    };
+    let closed = with(FailurePolicy::FailClosed)
+        .oneshot(request("u"))
+        .await
+        .expect("infallible");
+    assert_eq!(closed.status(), StatusCode::SERVICE_UNAVAILABLE);
+    assert_eq!(
+        closed.headers().get("retry-after").map(|v| v.as_bytes()),
+        Some(&b"3"[..]),
+        "2.5 s rounded up"
+    );
+    assert!(body_text(closed).await.contains("lease_unavailable"));
+    let open = with(FailurePolicy::FailOpen)
+        .oneshot(request("u"))
+        .await
+        .expect("infallible");
+    assert_eq!(open.status(), StatusCode::OK, "through without a lease");
+    assert_eq!(body_text(open).await, "done");
+}
