@@ -7,8 +7,9 @@
 //!   the leases this request already took (nothing stays held for a refused request).
 //! - A provider failure follows the policy's `failure_policy`: `fail_open` lets the request
 //!   through without that lease, otherwise 503 problem+json.
-//! - The leases are released when the response body ends (after its last frame, before the
-//!   end is reported) or is dropped (the client went away): on drop the release runs on the
+//! - The leases are released when the response body ends (when the inner body says its last
+//!   frame is out, before that frame is handed on, so a client that has the whole response
+//!   finds the place free; else before the end is reported) or is dropped (the client went away): on drop the release runs on the
 //!   spawner the app gives ([`ConcurrencyLayer::with_spawner`]); without one it is polled
 //!   once, which finishes at once on the local provider, and is otherwise abandoned. A
 //!   release that fails or is abandoned is logged and counted
@@ -139,7 +140,8 @@ where
         + 'static,
     S::Future: Send + 'static,
     ReqBody: Send + 'static,
-    ResBody: From<String> + Send + 'static,
+    ResBody: Body + From<String> + Send + 'static,
+    ResBody::Data: Send,
 {
     type Response = Response<LeaseBody<ResBody>>;
     type Error = Infallible;
@@ -169,7 +171,7 @@ async fn hold<S, ReqBody, ResBody>(
 ) -> Result<Response<LeaseBody<ResBody>>, Infallible>
 where
     S: Service<Request<ReqBody>, Response = Response<ResBody>, Error = Infallible>,
-    ResBody: From<String>,
+    ResBody: Body + From<String>,
 {
     let limiter = &shared.limiter;
     let mut held: Vec<LeaseId> = Vec::new();
@@ -301,14 +303,20 @@ impl Drop for Guard {
 }
 
 /// A response body that releases its request's leases when it ends or is dropped.
-pub struct LeaseBody<B> {
+///
+/// When the inner body says its last data frame is out (`is_end_stream` after a frame), the
+/// release runs before that frame is handed on, so a client that sends its next request as
+/// soon as it has the whole response finds the place free.
+pub struct LeaseBody<B: Body> {
     inner: B,
     guard: Option<Guard>,
     /// The release started at the end of the body; the end is reported once it finished.
     releasing: Option<Task>,
+    /// The last frame, held back until the release finished.
+    last: Option<Frame<B::Data>>,
 }
 
-impl<B> fmt::Debug for LeaseBody<B> {
+impl<B: Body> fmt::Debug for LeaseBody<B> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LeaseBody")
             .field("leases", &self.guard.as_ref().map_or(0, |g| g.leases.len()))
@@ -316,13 +324,14 @@ impl<B> fmt::Debug for LeaseBody<B> {
     }
 }
 
-impl<B> LeaseBody<B> {
+impl<B: Body> LeaseBody<B> {
     /// A body that holds no lease.
     pub fn plain(inner: B) -> Self {
         Self {
             inner,
             guard: None,
             releasing: None,
+            last: None,
         }
     }
 
@@ -331,6 +340,7 @@ impl<B> LeaseBody<B> {
             inner,
             guard: (!guard.leases.is_empty()).then_some(guard),
             releasing: None,
+            last: None,
         }
     }
 
@@ -348,7 +358,7 @@ impl<B> LeaseBody<B> {
     }
 }
 
-impl<B> Drop for LeaseBody<B> {
+impl<B: Body> Drop for LeaseBody<B> {
     fn drop(&mut self) {
         // A release started at the end of the body finishes in the background.
         if let Some(task) = self.releasing.take() {
@@ -358,7 +368,10 @@ impl<B> Drop for LeaseBody<B> {
     }
 }
 
-impl<B: Body + Unpin> Body for LeaseBody<B> {
+impl<B: Body + Unpin> Body for LeaseBody<B>
+where
+    B::Data: Unpin,
+{
     type Data = B::Data;
     type Error = B::Error;
 
@@ -373,9 +386,18 @@ impl<B: Body + Unpin> Body for LeaseBody<B> {
                     return Poll::Pending;
                 }
                 this.releasing = None;
-                return Poll::Ready(None);
+                return Poll::Ready(this.last.take().map(Ok));
             }
             match Pin::new(&mut this.inner).poll_frame(cx) {
+                Poll::Ready(Some(Ok(frame))) if this.inner.is_end_stream() => {
+                    match this.guard.take() {
+                        Some(guard) => {
+                            this.releasing = Some(guard.into_release());
+                            this.last = Some(frame);
+                        }
+                        None => return Poll::Ready(Some(Ok(frame))),
+                    }
+                }
                 Poll::Ready(None) => match this.guard.take() {
                     Some(guard) => this.releasing = Some(guard.into_release()),
                     None => return Poll::Ready(None),
@@ -386,7 +408,10 @@ impl<B: Body + Unpin> Body for LeaseBody<B> {
     }
 
     fn is_end_stream(&self) -> bool {
-        self.guard.is_none() && self.releasing.is_none() && self.inner.is_end_stream()
+        self.guard.is_none()
+            && self.releasing.is_none()
+            && self.last.is_none()
+            && self.inner.is_end_stream()
     }
 
     fn size_hint(&self) -> SizeHint {

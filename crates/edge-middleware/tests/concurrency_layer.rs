@@ -316,3 +316,23 @@ async fn a_provider_failure_follows_the_policys_failure_policy() {
     assert_eq!(open.status(), StatusCode::OK, "through without a lease");
     assert_eq!(body_text(open).await, "done");
 }
+
+#[tokio::test]
+async fn the_lease_is_free_before_the_last_frame_is_handed_on() {
+    use http_body::Body as _;
+    let f = fixture();
+    let svc = service(&f, false);
+    f.gate.add_permits(1);
+    let r = svc.oneshot(request("u-5")).await.expect("infallible");
+    assert_eq!(held(&f, "u-5"), 1, "held while the response is on its way");
+    let mut body = r.into_body();
+    let frame = std::future::poll_fn(|cx| std::pin::Pin::new(&mut body).poll_frame(cx)).await;
+    let data = frame
+        .and_then(Result::ok)
+        .and_then(|f| f.into_data().ok())
+        .expect("the one data frame");
+    assert_eq!(&data[..], b"done");
+    // A client that has the whole response may send its next request at once.
+    assert_eq!(held(&f, "u-5"), 0);
+    assert!(body.is_end_stream());
+}
