@@ -1,6 +1,7 @@
 //! Leases on the real binary over Redis: a holder that crashes (SIGKILL, nothing released)
 //! loses its leases to their expiry on Redis's clock, so another instance acquires again
-//! within `lease_ttl` of the crash (plus a small margin), and not before the leases expire.
+//! within `lease_ttl` of the crash (plus a small margin), and not before the leases expire;
+//! and a route's lease is back on Redis by the time its client has the whole response.
 
 mod common;
 
@@ -25,6 +26,16 @@ window = "1h"
 algorithm = "concurrency"
 limit = 3
 lease_ttl = "{TTL_MS}ms"
+
+[rate_limit.policies.one]
+algorithm = "concurrency"
+limit = 1
+lease_ttl = "60s"
+
+[[routes]]
+path_prefix = "/work"
+policy = "one"
+subject = "header:x-user"
 "#
     )
 }
@@ -101,4 +112,23 @@ async fn a_killed_holders_leases_are_reclaimed_within_their_ttl_and_not_before()
     eprintln!(
         "a killed holder's place reclaimed {reclaimed_after:?} after SIGKILL (lease_ttl {TTL_MS} ms)"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_routes_lease_is_back_before_the_client_has_the_whole_response() {
+    let server = RedisServer::start();
+    let app = App::start(&config(server.url()), &[]);
+    let c = reqwest::Client::new();
+    // One place and a 60 s lease: a lease still held when the next request arrives is a 429.
+    for i in 0..30 {
+        let r = c
+            .get(app.url("/work/x"))
+            .header("x-user", "w-1")
+            .send()
+            .await
+            .expect("an answer");
+        let status = r.status();
+        let body = r.text().await.expect("a body");
+        assert_eq!(status, 200, "request {i}: {body}");
+    }
 }
