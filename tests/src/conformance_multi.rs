@@ -19,9 +19,9 @@ use crate::rate::{fresh_subject, policy_set, random_u64};
 /// A one-hour window: nothing recovers while a case runs.
 const LONG_MS: u64 = 3_600_000;
 
-/// The algorithm after `kind` in [`AlgorithmKind::ALL`] (wrapping).
+/// The algorithm after `kind` in [`AlgorithmKind::RATE`] (wrapping).
 fn next_kind(kind: AlgorithmKind) -> AlgorithmKind {
-    let all = AlgorithmKind::ALL;
+    let all = AlgorithmKind::RATE;
     let at = all.iter().position(|k| *k == kind).unwrap_or(0);
     all[(at + 1) % all.len()]
 }

@@ -13,6 +13,7 @@
 pub mod cluster;
 pub mod config;
 pub mod conformance;
+pub mod conformance_leases;
 pub mod conformance_multi;
 pub mod eventually;
 pub mod failover;

@@ -245,6 +245,11 @@ pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<String> {
             params = [p.limit(), p.window_ms(), 0];
             &params[..2]
         }
+        // The lease programs take their own arguments (see `tests/tests/lua_leases.rs`).
+        Algorithm::Concurrency(p) => {
+            params = [p.limit(), p.lease_ttl_ms(), 0];
+            &params[..2]
+        }
     };
     args.extend(tail.iter().map(u64::to_string));
     args
@@ -323,7 +328,12 @@ pub enum StateError {
     Tag(u8),
     Length(usize),
     DoesNotFit(Layout),
-    EntryAfterLast { time: u64, last_ms: u64 },
+    EntryAfterLast {
+        time: u64,
+        last_ms: u64,
+    },
+    /// Leases are a sorted set, not a rate program's value.
+    Leases,
 }
 
 impl std::fmt::Display for StateError {
@@ -336,6 +346,7 @@ impl std::fmt::Display for StateError {
                 f,
                 "sliding-log entry time {time} is after last_ms {last_ms}: not representable"
             ),
+            StateError::Leases => write!(f, "leases are a sorted set, not a program's value"),
         }
     }
 }
@@ -350,6 +361,9 @@ pub fn program_of(state: &AlgorithmState) -> Program {
         AlgorithmState::TokenBucket(_) => Program::TokenBucket,
         AlgorithmState::Gcra(_) => Program::Gcra,
         AlgorithmState::SlidingLog(_) => Program::SlidingLog,
+        AlgorithmState::Concurrency(_) => {
+            panic!("leases are held by the lease programs, not by a rate program")
+        }
     }
 }
 
@@ -360,6 +374,7 @@ fn last_ms_of(state: &AlgorithmState) -> u64 {
         AlgorithmState::TokenBucket(s) => s.last_ms,
         AlgorithmState::Gcra(s) => s.last_ms,
         AlgorithmState::SlidingLog(s) => s.last_ms,
+        AlgorithmState::Concurrency(s) => s.latest_expiry_ms().unwrap_or(0),
     }
 }
 
@@ -384,6 +399,7 @@ fn fields(state: &AlgorithmState) -> Result<Vec<u64>, StateError> {
             }
             v
         }
+        AlgorithmState::Concurrency(_) => return Err(StateError::Leases),
     })
 }
 

@@ -45,6 +45,11 @@ mod cluster_conformance {
     acceptance_tests::conformance_tests!(RedisTarget::new(settings));
 }
 
+mod cluster_lease_conformance {
+    use super::*;
+    acceptance_tests::lease_conformance_tests!(RedisTarget::new(settings));
+}
+
 fn query(port: u16, args: &[&str]) -> Value {
     let mut con = cluster().connection(port);
     let mut cmd = redis::cmd(args[0]);

@@ -112,3 +112,13 @@ mod local_real_time {
     use super::*;
     acceptance_tests::conformance_tests!(RealTimeLocalTarget);
 }
+
+mod local_leases {
+    use super::*;
+    acceptance_tests::lease_conformance_tests!(LocalTarget::new());
+}
+
+mod local_real_time_leases {
+    use super::*;
+    acceptance_tests::lease_conformance_tests!(RealTimeLocalTarget);
+}

@@ -83,6 +83,7 @@ fn spec_limit(a: &AlgorithmSpec) -> u64 {
         | AlgorithmSpec::SlidingLog { limit, .. } => *limit,
         AlgorithmSpec::TokenBucket { capacity, .. } => *capacity,
         AlgorithmSpec::Gcra { burst, .. } => *burst,
+        AlgorithmSpec::Concurrency { limit, .. } => *limit,
     }
 }
 
@@ -282,6 +283,8 @@ fn planted_state(p: &Plant, start: u64, policy: &RateLimitPolicy) -> Option<Algo
                 entries: log,
             })
         }
+        // Leases have their own differential test (lua_leases.rs).
+        Algorithm::Concurrency(_) => return None,
     })
 }
 
@@ -683,6 +686,7 @@ fn last_ms(s: &AlgorithmState) -> u64 {
         AlgorithmState::TokenBucket(s) => s.last_ms,
         AlgorithmState::Gcra(s) => s.last_ms,
         AlgorithmState::SlidingLog(s) => s.last_ms,
+        AlgorithmState::Concurrency(s) => s.latest_expiry_ms().unwrap_or(0),
     }
 }
 

@@ -101,6 +101,7 @@ fn some_state(policy: &RateLimitPolicy, last_ms: u64) -> AlgorithmState {
             last_ms,
             entries: vec![(last_ms - 10, 1), (last_ms, 1)],
         }),
+        Algorithm::Concurrency(_) => panic!("no rate program holds leases"),
     }
 }
 
@@ -229,6 +230,7 @@ fn small_clock_regression_clamps_to_the_stored_last_ms() {
             AlgorithmState::TokenBucket(s) => s.last_ms,
             AlgorithmState::Gcra(s) => s.last_ms,
             AlgorithmState::SlidingLog(s) => s.last_ms,
+            AlgorithmState::Concurrency(_) => panic!("no rate program holds leases"),
         };
         assert_eq!(new_last, last_ms, "{}", program.file_name());
     }
@@ -316,6 +318,7 @@ fn malformed_values(program: Program, p: &RateLimitPolicy) -> Vec<(String, Vec<u
             last_ms: 1,
             entries: vec![(1, q.limit() + 1)],
         }),
+        Algorithm::Concurrency(_) => panic!("no rate program holds leases"),
     };
     v.push((
         "field above its bound".into(),

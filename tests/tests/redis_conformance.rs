@@ -13,3 +13,8 @@ mod redis {
     use super::*;
     acceptance_tests::conformance_tests!(RedisTarget::new(settings));
 }
+
+mod redis_leases {
+    use super::*;
+    acceptance_tests::lease_conformance_tests!(RedisTarget::new(settings));
+}

@@ -110,7 +110,7 @@ fn per_kind(tag: &str, kind: AlgorithmKind) -> String {
 async fn keys_contain_no_raw_subject_and_always_expire() {
     let server = RedisServer::start();
     let raw = *b"user-42@example.com|10.1.2.3|k3y";
-    let policies: Vec<_> = AlgorithmKind::ALL
+    let policies: Vec<_> = AlgorithmKind::RATE
         .iter()
         .map(|&k| daily_policy(&per_kind("private", k), k, 1, 5))
         .collect();
@@ -157,7 +157,7 @@ async fn keys_contain_no_raw_subject_and_always_expire() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_instances_under_contention_admit_exactly_the_limit() {
     let server = RedisServer::start();
-    for kind in AlgorithmKind::ALL {
+    for kind in AlgorithmKind::RATE {
         let limit = 100;
         let p = daily_policy(&per_kind("contended", kind), kind, 1, limit);
         // Two independent providers: two connections, as two service instances.

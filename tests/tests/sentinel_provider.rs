@@ -25,6 +25,11 @@ mod sentinel_conformance {
     acceptance_tests::conformance_tests!(RedisTarget::new(settings));
 }
 
+mod sentinel_lease_conformance {
+    use super::*;
+    acceptance_tests::lease_conformance_tests!(RedisTarget::new(settings));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_master_is_found_through_the_sentinels_and_an_unknown_name_is_never_ready() {
     let policies = acceptance_tests::rate::policy_set(vec![acceptance_tests::conformance::policy(

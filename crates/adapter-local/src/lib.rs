@@ -48,6 +48,13 @@
 //! unavailable global provider: `source = local_fallback`, `certainty = approximate_fallback`
 //! (N instances may admit up to N times the limit).
 //!
+//! # Concurrency leases
+//!
+//! A concurrency policy's leases are one more kind of key state
+//! ([`shared_contract::model::concurrency`]), acquired and released under the key's lock
+//! ([`LocalProvider::acquire_now`], [`LocalProvider::release_now`]); lease tokens come from
+//! an injected [`TokenSource`].
+//!
 //! # Several limits, evaluation ids
 //!
 //! [`LocalProvider::evaluate_all_now`] decides several limits as one
@@ -69,6 +76,7 @@
 //! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
 pub mod gate;
+mod leases;
 mod replay;
 mod store;
 
@@ -81,6 +89,9 @@ use parking_lot::Mutex;
 use shared_contract::model::multi::{self as multi_model, Member, MultiVerdict};
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::multi::replay_window_ms;
+use shared_contract::{
+    AcquireOutcome, AcquireRequest, RandomTokens, ReleaseOutcome, ReleaseRequest, TokenSource,
+};
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
     PolicyError, PolicyErrors, PolicyId, PolicyRevision, PolicySet, RateLimitOutcome,
@@ -148,6 +159,8 @@ pub struct LocalProvider {
     /// First decisions of evaluations with an id. Evaluations with an id run under this lock
     /// (check, evaluate, remember), so concurrent retries of one id charge once.
     replays: Arc<Mutex<Replays>>,
+    /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
+    tokens: Arc<dyn TokenSource>,
 }
 
 /// Where a policy's state lives in the store, and how long an entry of it is kept.
@@ -208,6 +221,7 @@ impl LocalProvider {
             certainty,
             max_keys: settings.max_keys,
             replays: Arc::new(Mutex::new(Replays::default())),
+            tokens: Arc::new(RandomTokens::default()),
         }
     }
 
@@ -232,7 +246,15 @@ impl LocalProvider {
             certainty: self.certainty,
             max_keys: self.max_keys,
             replays: self.replays.clone(),
+            tokens: self.tokens.clone(),
         }
+    }
+
+    /// The same provider, taking lease tokens from `tokens` (tests fix them this way).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
     }
 
     /// Evaluates one request now, without an executor: the same code the port runs (the port
@@ -451,6 +473,14 @@ impl EdgeRateLimitPort for LocalProvider {
 
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
         self.evaluate_all_now(&request)
+    }
+
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        self.acquire_now(&request)
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        self.release_now(&request)
     }
 
     fn policies(&self) -> &PolicySet {

@@ -62,6 +62,12 @@ commands! {
     ZREM = "ZREM", "ZREM $key m";
     ZRANGE = "ZRANGE", "ZRANGE $key 0 0 WITHSCORES";
     ZRANGEBYSCORE = "ZRANGEBYSCORE", "ZRANGEBYSCORE $key -inf 1 LIMIT 0 1";
+    /// The lease programs: expired leases dropped, a token looked up, leases counted.
+    ZREMRANGEBYSCORE = "ZREMRANGEBYSCORE", "ZREMRANGEBYSCORE $key -inf 1";
+    ZSCORE = "ZSCORE", "ZSCORE $key m";
+    ZCARD = "ZCARD", "ZCARD $key";
+    /// The leases key lives until its latest lease expires.
+    PEXPIRE = "PEXPIRE", "PEXPIRE $key 1";
     /// As the gate programs append: trimmed, explicit id.
     XADD = "XADD", "XADD $key MAXLEN ~ 1 1-0 f v";
     XRANGE = "XRANGE", "XRANGE $key 1-0 + COUNT 1";

@@ -59,6 +59,7 @@ pub mod failure;
 pub mod fuzzing;
 pub mod gate;
 pub mod keys;
+pub mod leases;
 mod pool;
 pub mod programs;
 pub mod provider;

@@ -51,7 +51,7 @@ macro_rules! program {
     };
 }
 
-/// Every program of this build, one per algorithm.
+/// Every rate-limit program of this build, one per rate algorithm.
 pub static PROGRAMS: [Program; 5] = [
     program!(
         "rate-fixed-window-v1.lua",
@@ -111,7 +111,8 @@ pub fn algorithm_code(kind: AlgorithmKind) -> u64 {
 
 /// The program of an algorithm.
 pub fn program(kind: AlgorithmKind) -> &'static Program {
-    // `PROGRAMS` has one entry per `AlgorithmKind::ALL`; the test below keeps it so.
+    // `PROGRAMS` has one entry per `AlgorithmKind::RATE`; the test below keeps it so. A
+    // concurrency policy is never evaluated (refused before a program is chosen).
     PROGRAMS
         .iter()
         .find(|p| p.algorithm == kind)
@@ -132,6 +133,9 @@ pub fn arguments(policy: &RateLimitPolicy) -> Vec<u64> {
         Algorithm::TokenBucket(p) => args.extend([p.capacity(), p.scale(), p.units_per_ms()]),
         Algorithm::Gcra(p) => args.extend([p.burst(), p.interval_units(), p.units_per_ms()]),
         Algorithm::SlidingLog(p) => args.extend([p.limit(), p.window_ms()]),
+        // Lease programs take their own arguments (`leases`); a concurrency policy is never
+        // evaluated (the contract refuses it first), so no rate program sees these.
+        Algorithm::Concurrency(p) => args.extend([p.limit(), p.lease_ttl_ms()]),
     }
     args
 }
@@ -148,7 +152,7 @@ mod tests {
 
     #[test]
     fn every_algorithm_has_exactly_one_program() {
-        for kind in AlgorithmKind::ALL {
+        for kind in AlgorithmKind::RATE {
             let n = PROGRAMS.iter().filter(|p| p.algorithm == kind).count();
             assert_eq!(n, 1, "{kind}");
             assert_eq!(program(kind).algorithm, kind);
@@ -203,7 +207,7 @@ mod tests {
         const INLINE: &str = "-- Everything is inline: the chunk runs once per call, so every \
                               helper function would be a\n-- new closure per call, and argument \
                               checks dominate the cost of a call.\n";
-        let mut kinds = AlgorithmKind::ALL;
+        let mut kinds = AlgorithmKind::RATE;
         kinds.sort_by_key(|k| algorithm_code(*k));
         let mut out = String::new();
         for kind in kinds {

@@ -41,6 +41,14 @@
 //! with `RequestError::SpansSlots` before anything is sent. Standalone and Sentinel take any
 //! members in one call.
 //!
+//! ## Concurrency leases
+//!
+//! `acquire_lease` and `release_lease` run `lua/lease-acquire-v1.lua` and
+//! `lua/lease-release-v1.lua` (see [`crate::leases`]) on the subject's leases key, one key
+//! per call. The lease programs are preloaded, and their commands (`ZADD`, `ZREM`, `ZSCORE`,
+//! `ZCARD`, `ZRANGE`, `ZREMRANGEBYSCORE`, `PEXPIRE`) checked against the ACL user, only
+//! when a concurrency policy is configured: a rate-only deployment needs no new grant.
+//!
 //! ## `min_replicas_ack`
 //!
 //! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
@@ -58,15 +66,17 @@ use std::sync::Arc;
 use redis::Value;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest, PolicyId, PolicySet,
-    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, RequestError,
-    UnavailableCategory,
+    AcquireOutcome, AcquireRequest, AlgorithmKind, EdgeRateLimitPort, IncompatibleCategory,
+    MultiOutcome, MultiRequest, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
+    TokenSource, UnavailableCategory,
 };
 
 use crate::acl::Needs;
-use crate::error::Error;
+use crate::error::{Error, SettingsProblem};
 use crate::failure::Failure;
 use crate::keys::{PolicyKeys, ReplayMember, hash_slot, replay_key};
+use crate::leases::Leasing;
 use crate::pool::Pool;
 use crate::programs::{self, Program};
 use crate::reply;
@@ -180,6 +190,8 @@ pub struct RedisProvider {
     plans: HashMap<PolicyId, Plan>,
     /// Shared with the providers [`Self::with_policies`] makes from this one.
     pool: Arc<Pool>,
+    /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
+    tokens: Arc<dyn TokenSource>,
 }
 
 impl fmt::Debug for RedisProvider {
@@ -208,7 +220,13 @@ impl RedisProvider {
             .iter()
             .map(|p| Ok((p.id().clone(), Plan::new(&settings.key_prefix, p)?)))
             .collect::<Result<HashMap<_, _>, Error>>()?;
-        let scripts = programs::scripts();
+        let mut scripts = programs::scripts();
+        if policies
+            .iter()
+            .any(|p| p.kind() == AlgorithmKind::Concurrency)
+        {
+            scripts.extend(crate::leases::scripts());
+        }
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
         let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
         Ok(Self {
@@ -216,6 +234,29 @@ impl RedisProvider {
             policies,
             plans,
             pool,
+            tokens: Arc::new(RandomTokens::default()),
+        })
+    }
+
+    /// The same provider, taking lease tokens from `tokens` (tests fix them this way).
+    #[must_use]
+    pub fn with_tokens(mut self, tokens: Arc<dyn TokenSource>) -> Self {
+        self.tokens = tokens;
+        self
+    }
+
+    /// What a lease call of `policy` needs.
+    fn leasing(&self, policy: &PolicyId) -> Result<Leasing<'_>, RequestError> {
+        let Some(plan) = self.plans.get(policy) else {
+            // Every policy of the set has a plan (built in `connect`); this is unreachable.
+            return Err(RequestError::UnknownPolicy(policy.clone()));
+        };
+        Ok(Leasing {
+            pool: &self.pool,
+            keys: &plan.keys,
+            timeout: self.settings.command_timeout,
+            retry_after_ms: self.settings.retry_after_ms(),
+            min_replicas_ack: self.settings.min_replicas_ack,
         })
     }
 
@@ -231,6 +272,16 @@ impl RedisProvider {
     /// # Errors
     /// [`Error::Settings`] when a policy cannot be run by the programs (as in [`Self::connect`]).
     pub fn with_policies(&self, policies: PolicySet) -> Result<Self, Error> {
+        let leasing = |set: &PolicySet| set.iter().any(|p| p.kind() == AlgorithmKind::Concurrency);
+        if leasing(&policies) && !leasing(&self.policies) {
+            // `connect` loads the lease programs, and checks the ACL user may run them, only
+            // when a concurrency policy is configured.
+            return Err(SettingsProblem::new(
+                "policies",
+                "a concurrency policy cannot be added by a reload to a provider started without one (its lease programs were not loaded nor checked against the ACL user); restart to add it",
+            )
+            .into());
+        }
         let plans = policies
             .iter()
             .map(|p| Ok((p.id().clone(), Plan::new(&self.settings.key_prefix, p)?)))
@@ -240,6 +291,7 @@ impl RedisProvider {
             policies,
             plans,
             pool: self.pool.clone(),
+            tokens: self.tokens.clone(),
         })
     }
 
@@ -436,6 +488,19 @@ impl EdgeRateLimitPort for RedisProvider {
             return Ok(self.indeterminate_all(first));
         }
         Ok(outcome)
+    }
+
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        let (policy, params) = self.policies.admit_lease(&request.policy_id)?;
+        let leasing = self.leasing(policy.id())?;
+        Ok(leasing
+            .acquire(policy, params, &request, &*self.tokens)
+            .await)
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        let (policy, _) = self.policies.admit_lease(&request.lease.policy_id)?;
+        Ok(self.leasing(policy.id())?.release(&request).await)
     }
 
     fn policies(&self) -> &PolicySet {

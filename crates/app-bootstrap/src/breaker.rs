@@ -22,8 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
-    RateLimitRequest, Readiness, RequestError, SystemClock, UnavailableCategory,
+    AcquireOutcome, AcquireRequest, Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest,
+    PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
+    RequestError, SystemClock, UnavailableCategory,
 };
 
 use crate::settings::BreakerSettings;
@@ -263,6 +264,30 @@ impl Counted for MultiOutcome {
     }
 }
 
+impl Counted for AcquireOutcome {
+    fn failure(&self) -> Option<bool> {
+        match self {
+            AcquireOutcome::Acquired(_) | AcquireOutcome::Denied { .. } => Some(false),
+            AcquireOutcome::Indeterminate { .. } => Some(true),
+            AcquireOutcome::Unavailable { category, .. } => unavailable_failure(*category),
+            AcquireOutcome::Incompatible { .. } => None,
+        }
+    }
+}
+
+impl Counted for ReleaseOutcome {
+    fn failure(&self) -> Option<bool> {
+        match self {
+            ReleaseOutcome::Released | ReleaseOutcome::Expired | ReleaseOutcome::NotHeld => {
+                Some(false)
+            }
+            ReleaseOutcome::Indeterminate { .. } => Some(true),
+            ReleaseOutcome::Unavailable { category, .. } => unavailable_failure(*category),
+            ReleaseOutcome::Incompatible { .. } => None,
+        }
+    }
+}
+
 impl CircuitBreaker {
     /// Runs `call` through the breaker: closed, it is sent and its outcome counted; open
     /// after the cool-down, it is the probe; otherwise `admit` checks the request and
@@ -347,6 +372,34 @@ impl EdgeRateLimitPort for CircuitBreaker {
         .await
     }
 
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        let policy_id = request.policy_id.clone();
+        let check = request.policy_id.clone();
+        self.guarded(
+            self.inner.acquire_lease(request),
+            || self.inner.policies().admit_lease(&check).map(|_| ()),
+            |retry_after_ms| AcquireOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        let check = request.lease.policy_id.clone();
+        self.guarded(
+            self.inner.release_lease(request),
+            || self.inner.policies().admit_lease(&check).map(|_| ()),
+            |retry_after_ms| ReleaseOutcome::Unavailable {
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
     fn policies(&self) -> &PolicySet {
         self.inner.policies()
     }
@@ -404,7 +457,20 @@ mod tests {
             failure_policy: FailurePolicy::FailClosed,
         })
         .expect("valid policy");
-        PolicySet::new([p], id).expect("valid set")
+        let jobs = RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new("jobs").expect("valid id"),
+            revision: PolicyRevision::new(1).expect("valid"),
+            algorithm: AlgorithmSpec::Concurrency {
+                limit: 2,
+                lease_ttl: Duration::from_secs(1),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy");
+        PolicySet::new([p, jobs], id).expect("valid set")
     }
 
     #[async_trait::async_trait]
@@ -438,6 +504,15 @@ mod tests {
             r: shared_contract::MultiRequest,
         ) -> Result<shared_contract::MultiOutcome, RequestError> {
             shared_contract::multi::one_by_one(self, r).await
+        }
+        async fn acquire_lease(&self, r: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+            self.calls.fetch_add(1, Ordering::SeqCst);
+            self.policies.admit_lease(&r.policy_id)?;
+            Ok(AcquireOutcome::Unavailable {
+                policy_id: r.policy_id,
+                retry_after_ms: 1000,
+                category: UnavailableCategory::Connect,
+            })
         }
         fn policies(&self) -> &PolicySet {
             &self.policies
@@ -623,5 +698,66 @@ mod tests {
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(o, RateLimitOutcome::Evaluated(_)), "{o:?}");
         assert_eq!(b.state(), BreakerState::Closed);
+    }
+
+    #[tokio::test]
+    async fn lease_failures_open_the_breaker_which_then_sends_no_lease_call() {
+        let (inner, b, _) = setup(1, 60_000);
+        let acquire = |policy: &str| AcquireRequest {
+            policy_id: PolicyId::new(policy).expect("valid id"),
+            subject: SubjectDigest::from_bytes([7; 32]),
+            deadline: Deadline::within(Duration::from_secs(1)).expect("valid"),
+        };
+        let o = b
+            .acquire_lease(acquire("jobs"))
+            .await
+            .expect("a concurrency policy");
+        assert!(matches!(
+            o,
+            AcquireOutcome::Unavailable {
+                category: UnavailableCategory::Connect,
+                ..
+            }
+        ));
+        assert_eq!(b.state(), BreakerState::Open);
+        let o = b
+            .acquire_lease(acquire("jobs"))
+            .await
+            .expect("a concurrency policy");
+        assert!(matches!(
+            o,
+            AcquireOutcome::Unavailable {
+                category: UnavailableCategory::CircuitOpen,
+                ..
+            }
+        ));
+        let lease = shared_contract::LeaseId {
+            policy_id: PolicyId::new("jobs").expect("valid id"),
+            subject: SubjectDigest::from_bytes([7; 32]),
+            token: shared_contract::LeaseToken::from_bytes([1; 16]),
+        };
+        let released = b
+            .release_lease(ReleaseRequest {
+                lease,
+                deadline: Deadline::within(Duration::from_secs(1)).expect("valid"),
+            })
+            .await;
+        assert!(matches!(
+            released,
+            Ok(ReleaseOutcome::Unavailable {
+                category: UnavailableCategory::CircuitOpen,
+                ..
+            })
+        ));
+        // Still checked while open: a rate policy has no leases.
+        assert!(matches!(
+            b.acquire_lease(acquire("api")).await,
+            Err(RequestError::NotConcurrencyPolicy { .. })
+        ));
+        assert_eq!(
+            inner.calls.load(Ordering::SeqCst),
+            1,
+            "nothing sent while open"
+        );
     }
 }

@@ -5,14 +5,20 @@
 //! Applies to `Unavailable`, `Indeterminate` and `Incompatible` outcomes alike: each means
 //! "no global answer", and the fallback's answer never claims to be one. The provider's own
 //! outcome is counted (`rate_limit_fallback_total{reason}`) so operators see why.
+//!
+//! Leases are never taken locally: a lease held in one instance's memory could not be
+//! released through another, and its place would count on that instance alone. Acquire and
+//! release go to the global provider, and a concurrency policy's failure is handled at the
+//! edge like `fail_closed` (or `fail_open` when the policy says so).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use adapter_local::LocalProvider;
 use shared_contract::{
-    Deadline, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId, PolicySet,
-    RateLimitOutcome, RateLimitRequest, Readiness, RequestError,
+    AcquireOutcome, AcquireRequest, Deadline, EdgeRateLimitPort, FailurePolicy, MultiOutcome,
+    MultiRequest, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
+    ReleaseOutcome, ReleaseRequest, RequestError,
 };
 
 /// See the module docs.
@@ -105,6 +111,14 @@ impl EdgeRateLimitPort for LocalFallback {
             evaluation_id: None,
             ..request
         })
+    }
+
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        self.inner.acquire_lease(request).await
+    }
+
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        self.inner.release_lease(request).await
     }
 
     fn policies(&self) -> &PolicySet {

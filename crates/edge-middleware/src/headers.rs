@@ -95,7 +95,10 @@ pub fn effective_window(
             p.refill_amount(),
         ),
         Algorithm::Gcra(p) => next_unit_ms(decision, to_reset_ms, p.period_ms(), p.limit()),
-        Algorithm::SlidingWindow(_) | Algorithm::SlidingLog(_) => return None,
+        // A place frees when a lease is released or expires: no window tells when.
+        Algorithm::SlidingWindow(_) | Algorithm::SlidingLog(_) | Algorithm::Concurrency(_) => {
+            return None;
+        }
     };
     Some(ceil_secs(ms))
 }

@@ -78,7 +78,7 @@ use crate::subject::MAX_SUBJECT_BYTES;
 pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
 
 /// The [`PeerIp`] of a layer that was given none: no address, the empty subject.
-fn no_peer(_: &Extensions) -> Option<IpAddr> {
+pub(crate) fn no_peer(_: &Extensions) -> Option<IpAddr> {
     None
 }
 
@@ -355,7 +355,7 @@ fn rule_cost<B, R: From<String>>(
 
 /// The digest of `rule`'s subject in `req`, or 400 when a header or path part is longer than
 /// [`MAX_SUBJECT_BYTES`].
-fn subject<B, R: From<String>>(
+pub(crate) fn subject<B, R: From<String>>(
     rule: &Rule,
     req: &Request<B>,
     peer: PeerIp,

@@ -16,6 +16,8 @@
 //! | --- | --- |
 //! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
+//! | [`leases`] | concurrency leases: the limiter's acquire and release, with metrics |
+//! | [`concurrency`] | `ConcurrencyLayer` / `Concurrency<S>`: a lease held per request while its response body is sent |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
 //! | [`rule`] | which requests a policy limits (path, methods, host, headers), the subject parts, the cost |
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
@@ -91,14 +93,17 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+pub mod concurrency;
 pub mod descriptors;
 pub mod headers;
 pub mod layer;
+pub mod leases;
 pub mod limiter;
 pub mod problem;
 pub mod rule;
 pub mod subject;
 
+pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
 pub use layer::{PeerIp, RateLimit, RateLimitLayer};
 pub use limiter::{BreakerGauge, Limiter, Member, PolicyIndex};
 pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};

@@ -287,7 +287,11 @@ impl Limiter {
 
     /// A deadline `budget` from `start` (a budget that is zero or beyond
     /// [`Deadline::MAX_BUDGET`] gets the longest allowed one).
-    fn deadline(&self, start: Instant, policy: &PolicyId) -> Result<Deadline, RequestError> {
+    pub(crate) fn deadline(
+        &self,
+        start: Instant,
+        policy: &PolicyId,
+    ) -> Result<Deadline, RequestError> {
         Deadline::at(start, self.budget)
             .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
             .map_err(|_| RequestError::UnknownPolicy(policy.clone()))

@@ -64,6 +64,11 @@ impl ApiState {
     pub fn limiter(&self) -> Option<&Arc<Limiter>> {
         self.limiter.as_ref()
     }
+
+    /// The policy named `name`, if the limiter has one.
+    pub(crate) fn policy_index(&self, name: &str) -> Option<PolicyIndex> {
+        self.by_name.get(name).copied()
+    }
 }
 
 /// A `/v1/evaluate` body: the single form (`policy`, `subject`, `cost`) or the list form
@@ -293,6 +298,9 @@ pub(crate) fn request_error(e: &RequestError) -> Response {
         RequestError::TooManyLimits { .. } => "too_many_limits",
         RequestError::DuplicateLimit { .. } => "duplicate_limit",
         RequestError::SpansSlots { .. } => "spans_slots",
+        RequestError::ConcurrencyPolicy { .. } => "concurrency_policy",
+        RequestError::NotConcurrencyPolicy { .. } => "not_concurrency_policy",
+        RequestError::LeasesUnsupported => "leases_unsupported",
         RequestError::EvaluationIdsFull { .. } => {
             let mut r = problem::about_blank(
                 StatusCode::SERVICE_UNAVAILABLE,

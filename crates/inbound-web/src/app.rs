@@ -28,8 +28,9 @@ use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
 use axum::http::{Extensions, HeaderValue, Request, header};
 use axum::response::Response;
-use axum::routing::{get, post};
-use edge_middleware::{RateLimitLayer, problem};
+use axum::routing::{delete, get, post};
+use edge_middleware::{ConcurrencyLayer, RateLimitLayer, problem};
+use shared_contract::AlgorithmKind;
 use tower::ServiceExt as _;
 
 use crate::api::{self, ApiState};
@@ -103,13 +104,34 @@ pub fn router_with_gates(
         .route("/metrics", get(api::metrics))
         .route("/openapi.json", get(crate::openapi::document))
         .route("/v1/config", get(crate::reload::config))
-        .route("/v1/evaluate", post(api::evaluate));
+        .route("/v1/evaluate", post(api::evaluate))
+        .route("/v1/leases", post(crate::leases::acquire))
+        .route("/v1/leases/{lease_id}", delete(crate::leases::release));
     let api = match state.limiter() {
         Some(limiter) => {
             let default = limiter.policies().default_id().clone();
-            let rules = routes.iter().map(|r| r.rule(&default)).collect();
-            let layer = RateLimitLayer::new(limiter.clone(), rules).with_peer_ip(peer_ip);
-            api.fallback_service(tower::ServiceBuilder::new().layer(layer).service(demo))
+            // Routes naming a concurrency policy hold a lease (outside, so that a lease
+            // denial charges no rate limit); the others are rate limits.
+            let (leases, rates): (Vec<_>, Vec<_>) =
+                routes.iter().map(|r| r.rule(&default)).partition(|rule| {
+                    limiter
+                        .policies()
+                        .get(rule.policy())
+                        .is_some_and(|p| p.kind() == AlgorithmKind::Concurrency)
+                });
+            let layer = RateLimitLayer::new(limiter.clone(), rates).with_peer_ip(peer_ip);
+            let spawner: edge_middleware::concurrency::Spawner = Arc::new(|task| {
+                tokio::spawn(task);
+            });
+            let concurrency = ConcurrencyLayer::new(limiter.clone(), leases)
+                .with_peer_ip(peer_ip)
+                .with_spawner(spawner);
+            api.fallback_service(
+                tower::ServiceBuilder::new()
+                    .layer(concurrency)
+                    .layer(layer)
+                    .service(demo),
+            )
         }
         None => api.fallback_service(demo.map_err(|e: std::convert::Infallible| e)),
     };

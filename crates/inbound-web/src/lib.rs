@@ -10,6 +10,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`api`] | `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics` |
+//! | [`leases`] | `POST /v1/leases`, `DELETE /v1/leases/{lease_id}`: concurrency leases |
 //! | [`evaluate_list`] | the list form of `/v1/evaluate`: several limits as one, all-or-nothing |
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
@@ -31,6 +32,7 @@ pub mod evaluate_list;
 pub mod gate_metrics;
 pub mod gates;
 pub mod hygiene;
+pub mod leases;
 pub mod listener;
 pub mod openapi;
 pub mod reload;

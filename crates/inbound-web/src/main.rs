@@ -214,17 +214,7 @@ async fn serve(
         view,
         traced,
     }));
-    let mut reloads = Vec::new();
-    #[cfg(unix)]
-    match reloader.spawn_on_sighup() {
-        Ok(task) => reloads.push(task),
-        Err(e) => tracing::warn!(error = %e, "no SIGHUP handler: reload on SIGHUP is off"),
-    }
-    reloads.extend(reloader.spawn_watch());
-    metrics::gauge!(reload::names::GENERATION).set(1.0);
-    for outcome in ["applied", "refused"] {
-        metrics::counter!(reload::names::RELOADS, "outcome" => outcome).absolute(0);
-    }
+    let reloads = reloader.start();
     let listener = match tokio::net::TcpListener::bind(settings.http.bind).await {
         Ok(l) => l,
         Err(e) => {

@@ -325,6 +325,23 @@ impl Reloader {
         Ok((settings, runtime))
     }
 
+    /// Starts reloading on `SIGHUP` (unix) and on file changes, and registers the reload
+    /// metrics (generation 1, no reload yet). The tasks run until aborted.
+    pub fn start(self: &Arc<Self>) -> Vec<tokio::task::JoinHandle<()>> {
+        let mut tasks = Vec::new();
+        #[cfg(unix)]
+        match self.spawn_on_sighup() {
+            Ok(task) => tasks.push(task),
+            Err(e) => tracing::warn!(error = %e, "no SIGHUP handler: reload on SIGHUP is off"),
+        }
+        tasks.extend(self.spawn_watch());
+        metrics::gauge!(names::GENERATION).set(1.0);
+        for outcome in ["applied", "refused"] {
+            metrics::counter!(names::RELOADS, "outcome" => outcome).absolute(0);
+        }
+        tasks
+    }
+
     /// Reloads on every `SIGHUP` until the process ends. The handler is installed before this
     /// returns (an early `SIGHUP` would otherwise end the process: its default action).
     ///

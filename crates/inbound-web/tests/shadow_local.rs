@@ -5,7 +5,7 @@
 
 mod common;
 
-use common::App;
+use common::{App, sample};
 
 const CONFIG: &str = r#"
 [rate_limit]
@@ -35,13 +35,6 @@ policy = "enforced"
 subject = "header:x-user"
 shadow = true
 "#;
-
-/// The value of the sample line starting with `series` (name and labels), 0 when absent.
-fn sample(text: &str, series: &str) -> f64 {
-    text.lines()
-        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
-        .unwrap_or(0.0)
-}
 
 #[tokio::test]
 async fn shadow_limits_are_charged_never_deny_and_count_what_they_would_have_denied() {

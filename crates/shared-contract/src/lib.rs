@@ -3,7 +3,8 @@
 //! Everything a service, an adapter or a test needs to agree on lives here, and nothing
 //! else: validated request values ([`ids`]), policies ([`policy`]), decisions and honest
 //! outcomes ([`decision`]), the async port ([`port`]), injected time ([`clock`]), exact
-//! integer arithmetic ([`exact`]) and the reference semantics of every algorithm ([`model`]).
+//! integer arithmetic ([`exact`]), concurrency leases ([`lease`]) and the reference semantics
+//! of every algorithm ([`model`]).
 //!
 //! The key design decision: **the models are the single source of truth.** The local
 //! provider runs them directly; the Redis Lua programs mirror them step for step and are
@@ -17,6 +18,7 @@ pub mod decision;
 pub mod exact;
 pub mod gate;
 pub mod ids;
+pub mod lease;
 pub mod model;
 pub mod multi;
 pub mod policy;
@@ -32,6 +34,10 @@ pub use gate::{
     GateSet, GateSettings, GateSpec, GateState,
 };
 pub use ids::{Cost, Deadline, EvaluationId, IdError, PolicyId, PolicyRevision, SubjectDigest};
+pub use lease::{
+    AcquireOutcome, AcquireRequest, Lease, LeaseId, LeaseIdError, LeaseToken, RandomTokens,
+    ReleaseOutcome, ReleaseRequest, SequenceTokens, TokenSource,
+};
 pub use multi::{Limit, Limits, MAX_LIMITS, MultiDecision, MultiOutcome, MultiRequest};
 pub use policy::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyError, PolicyErrors, PolicySpec,

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use crate::decision::RateLimitOutcome;
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
+use crate::lease::{AcquireOutcome, AcquireRequest, ReleaseOutcome, ReleaseRequest};
 use crate::multi::{MultiOutcome, MultiRequest};
-use crate::policy::RateLimitPolicy;
+use crate::policy::{Algorithm, ConcurrencyParams, RateLimitPolicy};
 
 /// One request to evaluate against one policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -48,6 +49,15 @@ pub enum RequestError {
     /// remembered, so it is refused rather than risk charging a retry twice.
     #[error("too many evaluation ids are held ({held}); retry later or send none")]
     EvaluationIdsFull { held: usize },
+    /// `evaluate` or `evaluate_all` named a concurrency policy: its places are taken by
+    /// acquiring a lease, never charged per request. Nothing was charged.
+    #[error("policy {policy_id} is a concurrency policy; acquire a lease instead of evaluating")]
+    ConcurrencyPolicy { policy_id: PolicyId },
+    /// A lease was asked of (or released to) a rate policy.
+    #[error("policy {policy_id} is not a concurrency policy; it has no leases")]
+    NotConcurrencyPolicy { policy_id: PolicyId },
+    #[error("this provider does not hold leases")]
+    LeasesUnsupported,
 }
 
 /// Whether a provider can evaluate now, and if not, why (for readiness probes).
@@ -82,6 +92,26 @@ pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
 
     /// The policies this provider enforces.
     fn policies(&self) -> &PolicySet;
+
+    /// Acquires one lease of a concurrency policy: held until released or until its expiry
+    /// on the provider's clock, whichever comes first.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`], [`RequestError::NotConcurrencyPolicy`], or
+    /// [`RequestError::LeasesUnsupported`] (the default); nothing is acquired.
+    async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::LeasesUnsupported)
+    }
+
+    /// Releases the lease `request` names, and no other.
+    ///
+    /// # Errors
+    /// As [`Self::acquire_lease`], for the lease id's policy; nothing is released.
+    async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::LeasesUnsupported)
+    }
 
     /// Whether the provider can evaluate now.
     async fn readiness(&self) -> Readiness {
@@ -143,9 +173,30 @@ impl PolicySet {
     /// The policy of `request`, after the checks every provider makes before touching state.
     ///
     /// # Errors
-    /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`].
+    /// [`RequestError::UnknownPolicy`], [`RequestError::ConcurrencyPolicy`] or
+    /// [`RequestError::CostAboveMax`].
     pub fn admit(&self, request: &RateLimitRequest) -> Result<&RateLimitPolicy, RequestError> {
         self.admit_cost(&request.policy_id, request.cost)
+    }
+
+    /// The concurrency policy `policy_id` names, and its parameters, after the checks every
+    /// provider makes before acquiring or releasing a lease.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`] or [`RequestError::NotConcurrencyPolicy`].
+    pub fn admit_lease(
+        &self,
+        policy_id: &PolicyId,
+    ) -> Result<(&RateLimitPolicy, ConcurrencyParams), RequestError> {
+        let policy = self
+            .get(policy_id)
+            .ok_or_else(|| RequestError::UnknownPolicy(policy_id.clone()))?;
+        match policy.algorithm() {
+            Algorithm::Concurrency(p) => Ok((policy, *p)),
+            _ => Err(RequestError::NotConcurrencyPolicy {
+                policy_id: policy_id.clone(),
+            }),
+        }
     }
 
     /// [`Self::admit`] of a policy id and a cost.
@@ -157,6 +208,11 @@ impl PolicySet {
         let policy = self
             .get(policy_id)
             .ok_or_else(|| RequestError::UnknownPolicy(policy_id.clone()))?;
+        if matches!(policy.algorithm(), Algorithm::Concurrency(_)) {
+            return Err(RequestError::ConcurrencyPolicy {
+                policy_id: policy_id.clone(),
+            });
+        }
         if cost > policy.max_cost() {
             return Err(RequestError::CostAboveMax {
                 policy_id: policy_id.clone(),

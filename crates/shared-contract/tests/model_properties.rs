@@ -82,6 +82,9 @@ fn policy() -> impl Strategy<Value = RateLimitPolicy> {
                     | AlgorithmSpec::SlidingLog { limit, .. } => limit,
                     AlgorithmSpec::TokenBucket { capacity, .. } => capacity,
                     AlgorithmSpec::Gcra { burst, .. } => burst,
+                    // Concurrency policies are never evaluated: their own properties are in
+                    // concurrency_model.rs.
+                    AlgorithmSpec::Concurrency { .. } => return None,
                 };
                 // max_cost is small, the whole limit, or anything between.
                 let max_cost = match mc % 3 {
@@ -285,6 +288,7 @@ proptest! {
                 let _ = sl;
                 AlgorithmState::SlidingLog(model::SlidingLogState { last_ms: last, entries })
             }
+            Algorithm::Concurrency(_) => return Ok(()),
         };
         let cost = p.max_cost();
         match model::evaluate(&p, Some(&state), now, cost) {

@@ -22,9 +22,15 @@ fn module_of(src: &Path, file: &Path) -> Option<String> {
 /// Every path of a `use` tree, `{`-groups expanded (`crate::{a, b::{c, self}}` ->
 /// `crate::a`, `crate::b::c`, `crate::b`).
 fn use_paths(tree: &str) -> Vec<String> {
-    let tree: String = tree.chars().filter(|c| !c.is_whitespace()).collect();
+    // A rename (` as `) is marked before whitespace goes, so that a name containing "as"
+    // (`leases`) is not cut there.
+    let tree: String = tree
+        .replace(" as ", "@")
+        .chars()
+        .filter(|c| !c.is_whitespace())
+        .collect();
     let Some(open) = tree.find('{') else {
-        let path = tree.split("as").next().unwrap_or_default();
+        let path = tree.split('@').next().unwrap_or_default();
         return vec![path.trim_end_matches("::self").to_owned()];
     };
     let prefix = &tree[..open];

@@ -324,6 +324,7 @@ proptest! {
             | AlgorithmSpec::SlidingLog { limit, .. } => *limit,
             AlgorithmSpec::TokenBucket { capacity, .. } => *capacity,
             AlgorithmSpec::Gcra { burst, .. } => *burst,
+            AlgorithmSpec::Concurrency { .. } => return Ok(()),
         };
         let pol = policy("api", 1, algorithm, limit);
         let (p, clock) = provider(vec![pol.clone()]);
@@ -378,5 +379,6 @@ fn provider_is_send_sync_and_debug_without_state() {
     );
 }
 
+mod leases;
 mod multi;
 mod reload;

@@ -82,17 +82,30 @@ pub(super) fn read(
 }
 
 /// `[rls]` and its `[[rls.descriptors]]`; `None` when one has problems (reported).
-/// `policy_ids`: the policies a rule may name.
+/// `rate_limit`: the policies a rule may name (a concurrency policy is refused: a descriptor
+/// is one rate evaluation).
 pub(super) fn read_rules(
     c: &mut Check,
     v: Option<&Value>,
-    policy_ids: &[PolicyId],
+    rate_limit: &super::rate_limit::RateLimit,
 ) -> Option<DescriptorRules> {
+    let policy_ids = &rate_limit.policy_ids[..];
     let d = c.section(RLS, v)?;
     c.unknown_keys(RLS, d, ["descriptors"].into_iter());
     let path = join(RLS, "descriptors");
     let rules = array_of_tables(c, &path, d.get("descriptors"), |c, at, d| {
-        read_rule(c, at, d, policy_ids)
+        let rule = read_rule(c, at, d, policy_ids)?;
+        if rate_limit.concurrency_ids.contains(rule.policy()) {
+            c.push(
+                join(at, "policy"),
+                format!(
+                    "{} is a concurrency policy; a descriptor is a rate evaluation",
+                    rule.policy()
+                ),
+            );
+            return None;
+        }
+        Some(rule)
     })?;
     match DescriptorRules::new(rules) {
         Ok(rules) => Some(rules),

@@ -221,7 +221,7 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
         .is_none_or(|s| matches!(s, RateLimitSettings::Enabled(_)));
     let http_bind = http.as_ref().map(|h| h.bind);
     let grpc = grpc::read(&mut c, root.get(grpc::P), http_bind, enabled);
-    let rls = grpc::read_rules(&mut c, root.get(grpc::RLS), &rate_limit.policy_ids);
+    let rls = grpc::read_rules(&mut c, root.get(grpc::RLS), &rate_limit);
 
     match (c.count() == 0, http, log, reload, otlp, rate_limit.settings) {
         (true, Some(http), Some(log), Some(reload), Some(otlp), Some(rate_limit)) => Ok(Settings {

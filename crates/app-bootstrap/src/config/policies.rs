@@ -36,6 +36,7 @@ const ALGORITHM_KEYS: &[&str] = &[
     "refill_interval",
     "period",
     "burst",
+    "lease_ttl",
 ];
 
 /// Defaults of the optional common fields.
@@ -48,6 +49,7 @@ fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
     match kind {
         AlgorithmKind::TokenBucket => &["capacity", "refill_amount", "refill_interval"],
         AlgorithmKind::Gcra => &["limit", "period", "burst"],
+        AlgorithmKind::Concurrency => &["limit", "lease_ttl"],
         _ => &["limit", "window"],
     }
 }
@@ -197,9 +199,9 @@ fn read_revision(c: &mut Check, path: &str, v: Option<&Value>) -> Option<PolicyR
 }
 
 fn read_kind(c: &mut Check, path: &str, v: Option<&Value>) -> Option<AlgorithmKind> {
-    let names = "fixed_window, sliding_window, token_bucket, gcra, sliding_log";
+    let names = "fixed_window, sliding_window, token_bucket, gcra, sliding_log, concurrency";
     let v = c.required(path, v, &format!("required; one of {names}"))?;
-    let choices = "fixed_window, sliding_window, token_bucket, gcra or sliding_log";
+    let choices = "fixed_window, sliding_window, token_bucket, gcra, sliding_log or concurrency";
     c.choice(path, Some(v), AlgorithmKind::parse, "an algorithm", choices)
 }
 
@@ -254,6 +256,14 @@ fn read_algorithm(
                 burst: burst?,
             })
         }
+        AlgorithmKind::Concurrency => {
+            let limit = num(c, "limit");
+            let lease_ttl = dur(c, "lease_ttl");
+            Some(AlgorithmSpec::Concurrency {
+                limit: limit?,
+                lease_ttl: lease_ttl?,
+            })
+        }
         AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow | AlgorithmKind::SlidingLog => {
             let limit = num(c, "limit")?;
             let window = dur(c, "window")?;
@@ -296,6 +306,10 @@ pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
             Algorithm::FixedWindow(w) => window(o, w.limit(), w.window_ms()),
             Algorithm::SlidingWindow(w) => window(o, w.limit(), w.window_ms()),
             Algorithm::SlidingLog(w) => window(o, w.limit(), w.window_ms()),
+            Algorithm::Concurrency(l) => {
+                o.raw("limit", l.limit());
+                o.ms("lease_ttl", l.lease_ttl_ms());
+            }
         }
         o.raw("max_cost", p.max_cost().get());
         o.ms("cleanup_grace", p.cleanup_grace_ms());
@@ -357,6 +371,98 @@ failure_policy = "fail_open"
         );
         let e = from_toml(&bad).expect_err("bad value");
         assert!(e.names("rate_limit.policies.b.failure_policy"), "{e}");
+    }
+}
+
+#[cfg(all(test, feature = "local"))]
+mod concurrency_tests {
+    use shared_contract::{Algorithm, PolicyId};
+
+    use crate::config::from_toml;
+    use crate::settings::RateLimitSettings;
+
+    const FILE: &str = r#"
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "a"
+[rate_limit.policies.a]
+algorithm = "fixed_window"
+limit = 5
+window = "1s"
+[rate_limit.policies.jobs]
+algorithm = "concurrency"
+limit = 10
+lease_ttl = "30s"
+"#;
+
+    #[test]
+    fn a_concurrency_policy_reads_limit_and_lease_ttl_and_renders_them() {
+        let s = from_toml(FILE).expect("valid");
+        let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+            panic!("enabled");
+        };
+        let jobs = e
+            .policies
+            .get(&PolicyId::new("jobs").expect("id"))
+            .expect("jobs");
+        let Algorithm::Concurrency(p) = jobs.algorithm() else {
+            panic!("concurrency")
+        };
+        assert_eq!((p.limit(), p.lease_ttl_ms()), (10, 30_000));
+        let rendered = s.render();
+        assert!(
+            rendered.contains("algorithm = \"concurrency\""),
+            "{rendered}"
+        );
+        assert!(rendered.contains("lease_ttl = \"30s\""), "{rendered}");
+    }
+
+    #[test]
+    fn refused_concurrency_combinations_name_their_key() {
+        let cases = [
+            (
+                "lease_ttl = \"30s\"",
+                "lease_ttl = \"30s\"\nwindow = \"1s\"",
+                "jobs.window",
+            ),
+            (
+                "lease_ttl = \"30s\"",
+                "lease_ttl = \"30s\"\nmax_cost = 2",
+                "jobs.max_cost",
+            ),
+            ("lease_ttl = \"30s\"", "", "jobs.lease_ttl"),
+            (
+                "lease_ttl = \"30s\"",
+                "lease_ttl = \"2d\"",
+                "jobs.lease_ttl",
+            ),
+            ("limit = 10\n", "limit = 0\n", "jobs.limit"),
+        ];
+        for (from, to, key) in cases {
+            let file = FILE.replacen(from, to, 1);
+            let e = from_toml(&file).expect_err(key);
+            assert!(e.names(&format!("rate_limit.policies.{key}")), "{key}: {e}");
+        }
+    }
+
+    #[test]
+    fn a_concurrency_route_takes_no_cost_header_or_shadow_and_no_descriptor_names_one() {
+        let route = "[[routes]]\npath_prefix = \"/jobs\"\npolicy = \"jobs\"\nsubject = \"ip\"\n";
+        assert!(from_toml(&format!("{FILE}{route}")).is_ok());
+        let cases = [
+            (format!("{route}cost = \"header:x-cost\"\n"), "routes[0].cost"),
+            (format!("{route}shadow = true\n"), "routes[0].shadow"),
+            (
+                "[[rls.descriptors]]\ndomain = \"edge\"\nentries = [\"remote_address\"]\npolicy = \"jobs\"\n"
+                    .to_owned(),
+                "rls.descriptors[0].policy",
+            ),
+        ];
+        for (extra, key) in cases {
+            let e = from_toml(&format!("{FILE}{extra}")).expect_err(key);
+            assert!(e.names(key), "{key}: {e}");
+        }
     }
 }
 

@@ -156,6 +156,9 @@ pub(super) struct RateLimit {
     pub(super) settings: Option<RateLimitSettings>,
     pub(super) policy_ids: Vec<PolicyId>,
     pub(super) max_costs: Vec<(PolicyId, u64)>,
+    /// The valid concurrency policies: a route naming one holds a lease, an Envoy
+    /// descriptor may not name one.
+    pub(super) concurrency_ids: Vec<PolicyId>,
     pub(super) default_policy: Option<PolicyId>,
     /// Which provider the event gates use: local unless rate limiting is enabled with the
     /// redis provider; `None` when the section does not say (its problems are reported).
@@ -168,6 +171,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
             settings: None,
             policy_ids: Vec::new(),
             max_costs: Vec::new(),
+            concurrency_ids: Vec::new(),
             default_policy: None,
             gate_provider: None,
         };
@@ -181,6 +185,11 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
     let max_costs = policies
         .iter()
         .map(|p| (p.id().clone(), p.max_cost().get()))
+        .collect();
+    let concurrency_ids = policies
+        .iter()
+        .filter(|p| p.kind() == shared_contract::AlgorithmKind::Concurrency)
+        .map(|p| p.id().clone())
         .collect();
     let default_policy = draft.default_policy.clone();
     let gate_provider = match (draft.enabled, draft.provider) {
@@ -218,6 +227,7 @@ pub(super) fn read(c: &mut Check, v: Option<&Value>, base: Option<&Path>) -> Rat
         settings,
         policy_ids,
         max_costs,
+        concurrency_ids,
         default_policy,
         gate_provider,
     }

@@ -189,6 +189,24 @@ fn read_route(
         Some(v) => read_cost(c, &at("cost"), v, effective, max_cost),
     };
     let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
+    // A route of a concurrency policy holds one lease per request: a cost or shadow mode
+    // would be silently ignored, so they are refused.
+    if let Some(id) = effective.filter(|id| rate_limit.concurrency_ids.contains(id)) {
+        if matches!(cost, Some(CostSource::Header(_))) {
+            c.push(
+                at("cost"),
+                format!("does not apply to concurrency policy {id}: a request holds one lease"),
+            );
+        }
+        if shadow {
+            c.push(
+                at("shadow"),
+                format!(
+                    "does not apply to concurrency policy {id}: a lease is never in shadow mode"
+                ),
+            );
+        }
+    }
     if c.count() != before {
         return None;
     }

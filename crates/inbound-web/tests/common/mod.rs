@@ -106,6 +106,13 @@ impl App {
             .unwrap_or_else(|| panic!("no gRPC listener in the log:\n{log}"))
     }
 
+    /// Sends SIGKILL (a crash: nothing is drained, released or flushed) and reaps it.
+    pub fn kill(&mut self) {
+        let mut child = self.child.take().expect("running");
+        let _ = child.kill();
+        let _ = child.wait();
+    }
+
     /// Sends SIGTERM and waits (at most 10 s) for the exit status.
     pub fn terminate(&mut self) -> ExitStatus {
         let mut child = self.child.take().expect("running");
@@ -173,6 +180,14 @@ url = "{url}"
 {extra_redis}
 "#
     )
+}
+
+/// The value of the sample line starting with `series` (name and labels) in a `/metrics`
+/// text, 0 when absent.
+pub fn sample(text: &str, series: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 /// The text of `/metrics`.

@@ -50,6 +50,11 @@ limit = 1
 window = "1h"
 shadow = true
 
+[rate_limit.policies.jobs]
+algorithm = "concurrency"
+limit = 1
+lease_ttl = "1h"
+
 [[routes]]
 path_prefix = "/api"
 policy = "tight"
@@ -431,6 +436,8 @@ const SUBMIT: &str = "/v1/gates/{gate}/events";
 const EVENT: &str = "/v1/gates/{gate}/events/{id}";
 const SNAPSHOT: &str = "/v1/gates/{gate}/snapshot";
 const STREAM: &str = "/v1/gates/{gate}/stream";
+const LEASES: &str = "/v1/leases";
+const LEASE: &str = "/v1/leases/{lease_id}";
 
 fn evaluate(body: &str, expect: u16) -> Case {
     case("post", EVALUATE, EVALUATE, expect).body(body)
@@ -543,11 +550,50 @@ async fn failures_and_disabled_mode_answer_as_documented() {
     .await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lease_answers_are_documented() {
+    let app = serve(Kind::Local).await;
+    let acquire = |body: &str, expect| case("post", LEASES, LEASES, expect).body(body);
+    let bodies = run(
+        &app,
+        vec![
+            acquire(r#"{"policy":"jobs","subject":"j-1"}"#, 201),
+            acquire(r#"{"policy":"jobs","subject":"j-1"}"#, 429),
+            acquire(r#"{"policy":"api","subject":"j-1"}"#, 400),
+            acquire(r#"{"policy":"nope","subject":"j-1"}"#, 400),
+            acquire(r#"{"subject":"j-1"}"#, 400),
+            acquire(r#"{"policy":"jobs"}"#, 400),
+            acquire(r#"{"policy":"#, 400),
+            evaluate(r#"{"policy":"jobs","subject":"j-1"}"#, 400),
+        ],
+    )
+    .await;
+    let lease: Value = serde_json::from_str(&bodies[0]).expect("JSON");
+    let id = lease["lease_id"].as_str().expect("a lease id").to_owned();
+    let path = format!("/v1/leases/{id}");
+    let not_held = format!("/v1/leases/l1.jobs.{}.{}", "ab".repeat(32), "0".repeat(32));
+    let release = |path: &str, expect| case("delete", path, LEASE, expect);
+    run(
+        &app,
+        vec![
+            release(&format!("{path}?subject=j-2"), 403),
+            release(&format!("{path}?subject=j-1"), 200),
+            release(&path, 404),
+            release(&not_held, 404),
+            release("/v1/leases/l2.jobs.x.y", 400),
+            release(&path.replace("jobs", "api"), 400),
+            acquire(r#"{"policy":"jobs","subject":"j-1"}"#, 201),
+        ],
+    )
+    .await;
+}
+
 /// The path of `template` with each parameter filled in.
 fn concrete(template: &str) -> String {
     template
         .replace("{gate}", "orders")
         .replace("{id}", "e-probe")
+        .replace("{lease_id}", "l-probe")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

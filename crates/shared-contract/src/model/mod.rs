@@ -15,6 +15,7 @@
 //! - A write carries a finite time to live: until the state would no longer differ from no
 //!   state at all, plus `cleanup_grace_ms`.
 
+pub mod concurrency;
 pub mod fixed_window;
 pub mod gcra;
 pub mod multi;
@@ -27,6 +28,7 @@ use crate::exact::{self, OutOfRange};
 use crate::ids::Cost;
 use crate::policy::{Algorithm, MAX_TIME_MS, RateLimitPolicy};
 
+pub use concurrency::ConcurrencyState;
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLogState;
@@ -165,6 +167,9 @@ pub enum ModelError {
     ClockOutOfRange(u64),
     #[error("cost {cost} is above max_cost {max_cost}")]
     CostAboveMax { cost: u64, max_cost: u64 },
+    /// A concurrency policy is acquired and released, never evaluated ([`concurrency`]).
+    #[error("a concurrency policy is not evaluated per request; acquire a lease instead")]
+    NotRatePolicy,
 }
 
 /// The clock rule: the time an algorithm computes with, or the stored time it fell behind.
@@ -244,13 +249,15 @@ pub enum AlgorithmState {
     TokenBucket(TokenBucketState),
     Gcra(GcraState),
     SlidingLog(SlidingLogState),
+    Concurrency(ConcurrencyState),
 }
 
 /// Evaluates `cost` against `policy` with its stored `state` at `now_ms`.
 ///
 /// # Errors
 /// [`ModelError::StateIncompatible`] when `state` belongs to another algorithm or does not fit
-/// the policy, [`ModelError::CostAboveMax`], [`ModelError::ClockOutOfRange`]; `OutOfRange` only
+/// the policy, [`ModelError::CostAboveMax`], [`ModelError::ClockOutOfRange`],
+/// [`ModelError::NotRatePolicy`] for a concurrency policy; `OutOfRange` only
 /// on a model bug (the property tests prove it unreachable for valid policies).
 pub fn evaluate(
     policy: &RateLimitPolicy,
@@ -300,6 +307,7 @@ pub fn evaluate(
             sliding_log::evaluate(p, &rules, Some(s), now_ms, cost)?
                 .map_state(AlgorithmState::SlidingLog)
         }
+        (Algorithm::Concurrency(_), _) => return Err(ModelError::NotRatePolicy),
         (_, Some(_)) => return Err(mismatch()),
     })
 }

@@ -4,8 +4,8 @@
 use std::time::Duration;
 
 use super::{
-    AlgorithmKind, AlgorithmSpec, MAX_DURATION_MS, PolicyError, SLIDING_LOG_MAX_LIMIT,
-    SLIDING_WINDOW_SCALE, in_range, millis,
+    AlgorithmKind, AlgorithmSpec, CONCURRENCY_MAX_LIMIT, MAX_DURATION_MS, MAX_LEASE_TTL_MS,
+    PolicyError, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE, in_range, millis,
 };
 use crate::exact::{self, MAX_SAFE_INTEGER};
 
@@ -137,6 +137,23 @@ impl SlidingLogParams {
     }
 }
 
+/// Concurrency: at most `limit` leases of one subject held at once, each expiring
+/// `lease_ttl_ms` after its acquire unless released first.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ConcurrencyParams {
+    limit: u64,
+    lease_ttl_ms: u64,
+}
+
+impl ConcurrencyParams {
+    pub fn limit(&self) -> u64 {
+        self.limit
+    }
+    pub fn lease_ttl_ms(&self) -> u64 {
+        self.lease_ttl_ms
+    }
+}
+
 /// Validated algorithm parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
@@ -145,6 +162,7 @@ pub enum Algorithm {
     TokenBucket(TokenBucketParams),
     Gcra(GcraParams),
     SlidingLog(SlidingLogParams),
+    Concurrency(ConcurrencyParams),
 }
 
 impl Algorithm {
@@ -155,10 +173,12 @@ impl Algorithm {
             Algorithm::TokenBucket(_) => AlgorithmKind::TokenBucket,
             Algorithm::Gcra(_) => AlgorithmKind::Gcra,
             Algorithm::SlidingLog(_) => AlgorithmKind::SlidingLog,
+            Algorithm::Concurrency(_) => AlgorithmKind::Concurrency,
         }
     }
 
-    /// The most cost that can be admitted at once from empty state: limit, capacity or burst.
+    /// The most cost that can be admitted at once from empty state: limit, capacity or burst
+    /// (for concurrency: the most leases held at once).
     pub fn limit(&self) -> u64 {
         match self {
             Algorithm::FixedWindow(p) => p.limit,
@@ -166,6 +186,7 @@ impl Algorithm {
             Algorithm::TokenBucket(p) => p.capacity,
             Algorithm::Gcra(p) => p.burst,
             Algorithm::SlidingLog(p) => p.limit,
+            Algorithm::Concurrency(p) => p.limit,
         }
     }
 
@@ -177,6 +198,8 @@ impl Algorithm {
             Algorithm::TokenBucket(p) => p.capacity_units().div_ceil(p.units_per_ms),
             Algorithm::Gcra(p) => p.tolerance_units().div_ceil(p.units_per_ms),
             Algorithm::SlidingLog(p) => p.window_ms,
+            // The latest lease expires `lease_ttl` after the last write (an acquire).
+            Algorithm::Concurrency(p) => p.lease_ttl_ms,
         }
     }
 
@@ -191,6 +214,7 @@ impl Algorithm {
             Algorithm::SlidingLog(p) => (p.limit, secs(p.window_ms)),
             Algorithm::TokenBucket(p) => (p.capacity, secs(self.reset_horizon_ms().max(1))),
             Algorithm::Gcra(p) => (p.limit, secs(p.period_ms)),
+            Algorithm::Concurrency(p) => (p.limit, secs(p.lease_ttl_ms)),
         }
     }
 
@@ -223,6 +247,24 @@ impl Algorithm {
             AlgorithmSpec::SlidingLog { limit, window } => {
                 let (limit, window_ms) = limit_and_window(e, limit, SLIDING_LOG_MAX_LIMIT, window)?;
                 Algorithm::SlidingLog(SlidingLogParams { limit, window_ms })
+            }
+            AlgorithmSpec::Concurrency { limit, lease_ttl } => {
+                let limit = in_range(e, "limit", limit, 1, CONCURRENCY_MAX_LIMIT);
+                let ttl = millis(e, "lease_ttl", lease_ttl, 1).and_then(|ms| {
+                    if ms > MAX_LEASE_TTL_MS {
+                        e.push(PolicyError::new(
+                            "lease_ttl",
+                            format!("must be <= {MAX_LEASE_TTL_MS} ms (one day), got {ms} ms"),
+                        ));
+                        None
+                    } else {
+                        Some(ms)
+                    }
+                });
+                Algorithm::Concurrency(ConcurrencyParams {
+                    limit: limit?,
+                    lease_ttl_ms: ttl?,
+                })
             }
         })
     }

@@ -10,8 +10,8 @@ use crate::ids::{Cost, PolicyId, PolicyRevision};
 mod algorithm;
 
 pub use algorithm::{
-    Algorithm, FixedWindowParams, GcraParams, SlidingLogParams, SlidingWindowParams,
-    TokenBucketParams,
+    Algorithm, ConcurrencyParams, FixedWindowParams, GcraParams, SlidingLogParams,
+    SlidingWindowParams, TokenBucketParams,
 };
 
 /// Latest server time (Unix ms) the models accept: 2^48-1, year 10889. Stored timestamps fit in
@@ -28,6 +28,13 @@ pub const SLIDING_WINDOW_SCALE: u64 = 1_000_000;
 /// Largest `limit` of a sliding log: its state holds one entry per admitted request, so the
 /// limit bounds memory and the work of each evaluation.
 pub const SLIDING_LOG_MAX_LIMIT: u64 = 1_000;
+
+/// Largest `limit` of a concurrency policy: its state holds one entry per lease.
+pub const CONCURRENCY_MAX_LIMIT: u64 = 1_000_000;
+
+/// Longest `lease_ttl`: one day. A lease is meant to outlive one request, not a session;
+/// a crashed holder's place stays taken this long at most.
+pub const MAX_LEASE_TTL_MS: u64 = 86_400_000;
 
 /// A policy parameter that was refused, named by its configuration key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -61,15 +68,28 @@ pub enum AlgorithmKind {
     TokenBucket,
     Gcra,
     SlidingLog,
+    /// At most `limit` leases held at once (not a rate: see [`crate::lease`]).
+    Concurrency,
 }
 
 impl AlgorithmKind {
-    pub const ALL: [AlgorithmKind; 5] = [
+    /// The rate algorithms: what `evaluate` decides, one Lua program each.
+    pub const RATE: [AlgorithmKind; 5] = [
         AlgorithmKind::FixedWindow,
         AlgorithmKind::SlidingWindow,
         AlgorithmKind::TokenBucket,
         AlgorithmKind::Gcra,
         AlgorithmKind::SlidingLog,
+    ];
+
+    /// Every algorithm: the rate ones, then concurrency.
+    pub const ALL: [AlgorithmKind; 6] = [
+        AlgorithmKind::FixedWindow,
+        AlgorithmKind::SlidingWindow,
+        AlgorithmKind::TokenBucket,
+        AlgorithmKind::Gcra,
+        AlgorithmKind::SlidingLog,
+        AlgorithmKind::Concurrency,
     ];
 
     /// The configuration name (`"token_bucket"`, ...).
@@ -80,6 +100,7 @@ impl AlgorithmKind {
             AlgorithmKind::TokenBucket => "token_bucket",
             AlgorithmKind::Gcra => "gcra",
             AlgorithmKind::SlidingLog => "sliding_log",
+            AlgorithmKind::Concurrency => "concurrency",
         }
     }
 
@@ -156,6 +177,11 @@ pub enum AlgorithmSpec {
     SlidingLog {
         limit: u64,
         window: Duration,
+    },
+    /// `max_cost` must be 1: one lease is one place.
+    Concurrency {
+        limit: u64,
+        lease_ttl: Duration,
     },
 }
 
@@ -256,7 +282,16 @@ impl RateLimitPolicy {
                     AlgorithmKind::Gcra => "burst",
                     _ => "limit",
                 };
-                if spec.max_cost == 0 || spec.max_cost > a.limit() {
+                if a.kind() == AlgorithmKind::Concurrency && spec.max_cost != 1 {
+                    errors.push(PolicyError::new(
+                        "max_cost",
+                        format!(
+                            "must be 1 for a concurrency policy (one lease is one place), got {}",
+                            spec.max_cost
+                        ),
+                    ));
+                    None
+                } else if spec.max_cost == 0 || spec.max_cost > a.limit() {
                     errors.push(PolicyError::new(
                         "max_cost",
                         format!(
