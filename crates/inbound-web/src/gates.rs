@@ -36,7 +36,7 @@ use shared_contract::gate::{
 #[derive(Debug)]
 pub struct GateApi {
     runtime: Option<Arc<GateRuntime>>,
-    ids: IdMaker,
+    ids: Arc<IdMaker>,
     subscribers: Arc<crate::subscribers::Subscribers>,
 }
 
@@ -45,11 +45,22 @@ impl GateApi {
     pub fn new(runtime: Option<Arc<GateRuntime>>) -> Self {
         Self {
             runtime,
-            ids: IdMaker::new(),
+            ids: Arc::new(IdMaker::new()),
             subscribers: crate::subscribers::Subscribers::new(
                 crate::subscribers::MAX_SUBSCRIBERS_PER_GATE,
                 crate::subscribers::MAX_SUBSCRIBERS,
             ),
+        }
+    }
+
+    /// The API over `runtime` (a reload that changed the gates) with this one's id maker and
+    /// subscriber bounds: streams opened before and after count against the same bounds.
+    #[must_use]
+    pub fn with_runtime(&self, runtime: Option<Arc<GateRuntime>>) -> Self {
+        Self {
+            runtime,
+            ids: self.ids.clone(),
+            subscribers: self.subscribers.clone(),
         }
     }
 

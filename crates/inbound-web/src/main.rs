@@ -194,7 +194,7 @@ async fn serve(
         .as_ref()
         .map(inbound_web::gate_metrics::spawn)
         .unwrap_or_default();
-    let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates.clone()));
+    let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates));
     let view = reload::ConfigView::new(settings, sources.file.as_deref());
     let state = reload::app_state(runtime.as_ref(), prometheus.clone(), &view);
     let router = reload::CurrentRouter::new(reload::build_router(
@@ -209,6 +209,7 @@ async fn serve(
         runtime,
         prometheus,
         gates: gate_api,
+        observers,
         router: router.clone(),
         rls: rls.as_ref().map(|(_, service)| service.clone()),
         view,
@@ -245,7 +246,7 @@ async fn serve(
     .await;
     // Also when the HTTP server ended without a signal (an error).
     let _ = stop_grpc.send(true);
-    for task in observers.iter().chain(&reloads) {
+    for task in &reloads {
         task.abort();
     }
     if let Some(task) = grpc {
@@ -255,10 +256,8 @@ async fn serve(
             Err(e) => tracing::warn!(error = %e, "gRPC server task failed"),
         }
     }
-    if let Some(g) = &gates {
-        // Open streams end with the server; the publisher stops after its current call.
-        g.shutdown().await;
-    }
+    // Open streams end with the server; the publisher stops after its current call.
+    reloader.shutdown_gates().await;
     match served {
         Ok(()) => {
             tracing::info!("drained; exiting");

@@ -161,7 +161,6 @@ pub async fn config(State(state): State<Arc<ApiState>>) -> Response {
 pub struct Reloader {
     sources: Sources,
     prometheus: Option<PrometheusHandle>,
-    gates: Arc<GateApi>,
     router: CurrentRouter,
     rls: Option<inbound_grpc::RlsService>,
     view: ConfigView,
@@ -177,6 +176,9 @@ struct Running {
     settings: Settings,
     runtime: Option<RateLimitRuntime>,
     generation: u64,
+    gates: Arc<GateApi>,
+    /// The gate metrics observers of `gates`.
+    observers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// The router of one configuration over `state` (see [`app_state`]); `traced`: each request
@@ -217,6 +219,8 @@ pub struct Parts {
     pub runtime: Option<RateLimitRuntime>,
     pub prometheus: Option<PrometheusHandle>,
     pub gates: Arc<GateApi>,
+    /// The gate metrics observers of `gates` (stopped with them).
+    pub observers: Vec<tokio::task::JoinHandle<()>>,
     pub router: CurrentRouter,
     pub rls: Option<inbound_grpc::RlsService>,
     pub view: ConfigView,
@@ -229,7 +233,6 @@ impl Reloader {
         Self {
             sources: parts.sources,
             prometheus: parts.prometheus,
-            gates: parts.gates,
             router: parts.router,
             rls: parts.rls,
             view: parts.view,
@@ -238,6 +241,8 @@ impl Reloader {
                 settings: parts.settings,
                 runtime: parts.runtime,
                 generation: 1,
+                gates: parts.gates,
+                observers: parts.observers,
             }),
             applied: std::sync::Mutex::new(None),
         }
@@ -256,10 +261,17 @@ impl Reloader {
         };
         let result = self.next(&running).await;
         match result {
-            Ok((settings, runtime)) => {
+            Ok((settings, runtime, gates)) => {
                 let generation = running.generation + 1;
+                let (gate_api, observers) = match gates {
+                    Some(rebuilt) => rebuilt,
+                    None => (
+                        running.gates.clone(),
+                        std::mem::take(&mut running.observers),
+                    ),
+                };
                 let state = app_state(runtime.as_ref(), self.prometheus.clone(), &self.view);
-                let router = build_router(state, &settings, self.gates.clone(), self.traced);
+                let router = build_router(state, &settings, gate_api.clone(), self.traced);
                 if let (Some(rls), Some(rt)) = (&self.rls, &runtime) {
                     rls.replace_with(&inbound_grpc::RlsService::new(
                         rt.port().clone(),
@@ -276,11 +288,14 @@ impl Reloader {
                     generation,
                     SystemTime::now(),
                 ));
-                *running = Running {
-                    settings,
-                    runtime,
-                    generation,
-                };
+                let old_gates = std::mem::replace(&mut running.gates, gate_api);
+                let old_observers = std::mem::replace(&mut running.observers, observers);
+                if !Arc::ptr_eq(&old_gates, &running.gates) {
+                    retire(old_gates, old_observers);
+                }
+                running.settings = settings;
+                running.runtime = runtime;
+                running.generation = generation;
                 self.set_applied(read);
                 metrics::counter!(names::RELOADS, "outcome" => "applied").increment(1);
                 metrics::gauge!(names::GENERATION).set(generation as f64);
@@ -304,11 +319,9 @@ impl Reloader {
         }
     }
 
-    /// The settings and runtime that would replace `running`, or why not.
-    async fn next(
-        &self,
-        running: &Running,
-    ) -> Result<(Settings, Option<RateLimitRuntime>), Vec<String>> {
+    /// The settings, runtime and (when they changed) gates that would replace `running`, or
+    /// why not.
+    async fn next(&self, running: &Running) -> Result<Next, Vec<String>> {
         let lines = |e: app_bootstrap::ConfigErrors| -> Vec<String> {
             e.0.iter().map(ToString::to_string).collect()
         };
@@ -322,7 +335,33 @@ impl Reloader {
             // The check refuses a change of `rate_limit.enabled`.
             _ => None,
         };
-        Ok((settings, runtime))
+        let gates = if app_bootstrap::reload::gates_changed(&running.settings, &settings) {
+            // Only on the redis provider (the check refuses local gates): their events are
+            // in Redis, so the new gates read what the old ones wrote.
+            let rt = app_bootstrap::build_gates(&settings)
+                .await
+                .map_err(|e| vec![format!("event_gates: {e}")])?
+                .map(Arc::new);
+            let observers = rt
+                .as_ref()
+                .map(crate::gate_metrics::spawn)
+                .unwrap_or_default();
+            Some((Arc::new(running.gates.with_runtime(rt)), observers))
+        } else {
+            None
+        };
+        Ok((settings, runtime, gates))
+    }
+
+    /// Stops the gates in force (their publishers and metrics observers), at exit.
+    pub async fn shutdown_gates(&self) {
+        let mut running = self.running.lock().await;
+        for o in running.observers.drain(..) {
+            o.abort();
+        }
+        if let Some(rt) = running.gates.runtime() {
+            rt.shutdown().await;
+        }
     }
 
     /// Starts reloading on `SIGHUP` (unix) and on file changes, and registers the reload
@@ -364,14 +403,15 @@ impl Reloader {
     /// force say `reload.watch = true`. `None` without a file.
     pub fn spawn_watch(self: &Arc<Self>) -> Option<tokio::task::JoinHandle<()>> {
         let path = self.sources.file.clone()?;
+        // Read now, before the app says it listens: a change made after that is a change,
+        // however late the task first runs.
+        let seen = read_fingerprint(&path);
+        self.set_applied(seen);
         let me = self.clone();
-        Some(tokio::spawn(async move { me.watch(path).await }))
+        Some(tokio::spawn(async move { me.watch(path, seen).await }))
     }
 
-    async fn watch(&self, path: PathBuf) {
-        let mut seen = fingerprint(&path).await;
-        // What start-up read (a change in between is caught on the first look).
-        self.set_applied(seen);
+    async fn watch(&self, path: PathBuf, mut seen: Option<u64>) {
         let mut tick = tokio::time::interval(POLL_INTERVAL);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         loop {
@@ -423,14 +463,37 @@ impl Reloader {
     }
 }
 
+/// What a reload would put in force: settings, rate-limit runtime, and the gates with their
+/// observers when they were built again.
+type Next = (
+    Settings,
+    Option<RateLimitRuntime>,
+    Option<(Arc<GateApi>, Vec<tokio::task::JoinHandle<()>>)>,
+);
+
+/// Stops gates a reload replaced: their observers at once, their publishers in the
+/// background (requests and streams still on them keep their port; the new gates publish the
+/// same events, which the gate programs make safe, as for several instances).
+fn retire(gates: Arc<GateApi>, observers: Vec<tokio::task::JoinHandle<()>>) {
+    for o in observers {
+        o.abort();
+    }
+    if let Some(rt) = gates.runtime().cloned() {
+        tokio::spawn(async move { rt.shutdown().await });
+    }
+}
+
 /// The file's content as a hash (`None`: it cannot be read). Content, not mtime: a touch or a
 /// rewrite with the same bytes is no change.
 async fn fingerprint(path: &std::path::Path) -> Option<u64> {
     let path = path.to_owned();
-    let bytes = tokio::task::spawn_blocking(move || std::fs::read(path))
+    tokio::task::spawn_blocking(move || read_fingerprint(&path))
         .await
         .ok()?
-        .ok()?;
+}
+
+fn read_fingerprint(path: &std::path::Path) -> Option<u64> {
+    let bytes = std::fs::read(path).ok()?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     bytes.hash(&mut h);
     Some(h.finish())

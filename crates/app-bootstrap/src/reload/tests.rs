@@ -129,7 +129,7 @@ fn enabling_or_disabling_rate_limiting_needs_a_restart() {
 }
 
 #[test]
-fn event_gates_need_a_restart() {
+fn local_event_gates_need_a_restart() {
     let next = format!("{BASE}\n[event_gates.signup]\nmode = \"only_once\"\nduration = \"1m\"\n");
     let e = refused(&next);
     assert!(e.0.iter().any(|p| p.path.starts_with("event_gates")), "{e}");
@@ -145,4 +145,44 @@ fn every_problem_is_reported_at_once() {
     assert!(e.names("rate_limit.policies.api.revision"), "{e}");
     assert!(e.names("rate_limit.policies.other.revision"), "{e}");
     assert!(e.names("http.max_connections"), "{e}");
+}
+
+const ON_REDIS: &str = r#"
+[rate_limit]
+enabled = true
+provider = "redis"
+default_policy = "api"
+subject_secret = "a-subject-secret-of-at-least-32-bytes!!"
+
+[rate_limit.redis]
+url = "redis://127.0.0.1:1/0"
+role = "coordination"
+
+[rate_limit.policies.api]
+algorithm = "fixed_window"
+limit = 5
+window = "1m"
+
+[event_gates.orders]
+mode = "only_once"
+duration = "1m"
+"#;
+
+#[cfg(feature = "redis")]
+#[test]
+fn redis_gates_may_come_and_go_but_a_kept_gate_keeps_its_settings() {
+    let base = settings(ON_REDIS);
+    let added =
+        format!("{ON_REDIS}\n[event_gates.signups]\nmode = \"only_once\"\nduration = \"5s\"\n");
+    assert_eq!(check(&base, &settings(&added)), Ok(()));
+    assert!(super::gates_changed(&base, &settings(&added)));
+    assert!(!super::gates_changed(&base, &settings(ON_REDIS)));
+    let removed = ON_REDIS.replace(
+        "[event_gates.orders]\nmode = \"only_once\"\nduration = \"1m\"\n",
+        "",
+    );
+    assert_eq!(check(&base, &settings(&removed)), Ok(()));
+    let changed = ON_REDIS.replace("duration = \"1m\"", "duration = \"2m\"");
+    let e = check(&base, &settings(&changed)).expect_err("a changed gate");
+    assert!(e.names("event_gates.orders.duration"), "{e}");
 }
