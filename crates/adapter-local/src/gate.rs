@@ -186,6 +186,26 @@ impl LocalGateProvider {
         }
     }
 
+    /// A provider of `gates` over this one's events (a configuration reload): a gate this
+    /// provider holds with the same settings keeps its events (both providers share them
+    /// under its lock); a new gate, or one whose settings changed, starts empty.
+    #[must_use]
+    pub fn with_gates(&self, gates: GateSet) -> Self {
+        let fresh = Self::with_settings(gates, self.clock.clone(), self.settings);
+        let states = fresh
+            .states
+            .into_iter()
+            .map(|(id, state)| {
+                let kept = self
+                    .states
+                    .get(&id)
+                    .filter(|_| self.gates.get(&id) == fresh.gates.get(&id));
+                (id, kept.cloned().unwrap_or(state))
+            })
+            .collect();
+        Self { states, ..fresh }
+    }
+
     fn gate(&self, id: &GateId) -> Result<&Arc<Mutex<Gate>>, GateRequestError> {
         self.gates.admit(id)?;
         self.states

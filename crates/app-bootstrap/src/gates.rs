@@ -52,7 +52,7 @@ pub struct GateRuntime {
 #[derive(Debug)]
 enum Stop {
     #[cfg(feature = "local")]
-    Local(LocalGatePublisher),
+    Local(LocalGatePublisher, Arc<LocalGateProvider>),
     #[cfg(feature = "redis")]
     Redis(Arc<RedisGateProvider>),
 }
@@ -78,7 +78,7 @@ impl GateRuntime {
         // Without a provider feature there is no variant, and no runtime to stop.
         match self.stop {
             #[cfg(feature = "local")]
-            Stop::Local(ref publisher) => publisher.shutdown().await,
+            Stop::Local(ref publisher, _) => publisher.shutdown().await,
             #[cfg(feature = "redis")]
             Stop::Redis(ref p) => p.shutdown().await,
         }
@@ -122,18 +122,49 @@ async fn redis(r: &RedisProviderSettings, gates: GateSet) -> Result<GateRuntime,
     })
 }
 
+/// The gates of `settings` after a configuration reload that changed them, `running` being
+/// the gates in force: local gates are built over `running`'s events (a gate kept with the
+/// same settings keeps them, see `LocalGateProvider::with_gates`); Redis gates are built
+/// again, on new connections, over the events in Redis. The caller stops `running` once the
+/// new gates are in force.
+///
+/// # Errors
+/// As [`build_gates`].
+pub async fn rebuild_gates(
+    running: Option<&GateRuntime>,
+    settings: &Settings,
+) -> Result<Option<GateRuntime>, BuildError> {
+    #[cfg(feature = "local")]
+    if let Some(GateRuntime {
+        stop: Stop::Local(_, provider),
+        ..
+    }) = running
+        && !settings.event_gates.is_empty()
+    {
+        return local_over(provider.with_gates(settings.event_gates.clone())).map(Some);
+    }
+    #[cfg(not(feature = "local"))]
+    let _ = running;
+    build_gates(settings).await
+}
+
 /// The local gates (rate limiting disabled, or not on the redis provider).
 #[cfg(feature = "local")]
 fn local(gates: GateSet) -> Result<GateRuntime, BuildError> {
-    let count = gates.iter().count();
-    let provider = Arc::new(LocalGateProvider::new(gates, Arc::new(SystemClock)));
+    local_over(LocalGateProvider::new(gates, Arc::new(SystemClock)))
+}
+
+#[cfg(feature = "local")]
+fn local_over(provider: LocalGateProvider) -> Result<GateRuntime, BuildError> {
+    let count = provider.gates().iter().count();
+    let provider = Arc::new(provider);
     let publisher = LocalGatePublisher::spawn(provider.clone());
     tracing::info!(gates = count, "event gates: local provider");
     Ok(GateRuntime {
-        port: provider,
+        port: provider.clone(),
         provider: "local",
         budget: Duration::from_secs(1),
-        stop: Stop::Local(publisher),
+        stop: Stop::Local(publisher, provider),
     })
 }
 

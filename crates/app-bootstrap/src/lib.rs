@@ -53,7 +53,7 @@ pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
 pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
-pub use gates::{GateRuntime, build_gates};
+pub use gates::{GateRuntime, build_gates, rebuild_gates};
 #[cfg(feature = "redis")]
 pub use settings::BreakerSettings;
 pub use settings::{

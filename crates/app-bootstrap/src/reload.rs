@@ -9,8 +9,7 @@
 //! | --- | --- |
 //! | `rate_limit.policies.*`, `rate_limit.default_policy`, `rate_limit.failure_policy` | taken (the revision rule below) |
 //! | `[[routes]]`, `[[rls.descriptors]]`, `grpc.unknown_descriptor`, `[reload]` | taken |
-//! | `[event_gates.*]` on the redis provider | gates added and removed are taken; a gate that stays keeps its settings (they are stored with its events): change one by adding it under a new id |
-//! | `[event_gates.*]` on local gates | refused: their events live in this process's memory, which a new gate set would not carry over |
+//! | `[event_gates.*]` | gates added and removed are taken; a gate that stays keeps its settings (they are stored with its events): change one by adding it under a new id |
 //! | everything else (`[http]`, `[log]`, `grpc.bind`, `rate_limit.enabled`, `provider`, `[rate_limit.redis]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret, `[otlp]`) | refused: these are bound to listeners, connections, stores and publishers that live as long as the process; restart to change them |
 //!
 //! **The revision rule.** A policy's stored state is kept under its id and revision and is
@@ -80,7 +79,7 @@ pub fn check(running: &Settings, next: &Settings) -> Result<(), ConfigErrors> {
         });
     }
     revisions(running, next, &old, &new, &mut problems);
-    gates(running, &old, &new, &mut problems);
+    gates(&old, &new, &mut problems);
     if problems.is_empty() {
         Ok(())
     } else {
@@ -98,24 +97,13 @@ pub fn gates_changed(running: &Settings, next: &Settings) -> bool {
     section(running) != section(next)
 }
 
-/// The gate rules: on the redis provider a gate may come and go but a gate that stays keeps
-/// its settings; local gates cannot change.
-fn gates(running: &Settings, old: &Flat, new: &Flat, problems: &mut Vec<Problem>) {
+/// The gate rule: a gate may come and go, but a gate that stays keeps its settings (stored
+/// with its events).
+fn gates(old: &Flat, new: &Flat, problems: &mut Vec<Problem>) {
     let changed: Vec<(String, Option<&str>, Option<&str>)> = differences(old, new)
         .into_iter()
         .filter(|(path, _, _)| under(path, "event_gates"))
         .collect();
-    if changed.is_empty() {
-        return;
-    }
-    let on_redis = matches!(&running.rate_limit, RateLimitSettings::Enabled(e) if e.provider.name() == "redis");
-    if !on_redis {
-        problems.push(Problem {
-            path: "event_gates".into(),
-            problem: "local gates keep their events in this process's memory, which a new gate set would not carry over; restart to change them".into(),
-        });
-        return;
-    }
     let gate_of = |path: &str| path.split('.').nth(1).map(str::to_owned);
     let kept = |flat: &Flat, gate: &str| flat.keys().any(|k| gate_of(k).as_deref() == Some(gate));
     for (path, was, now) in changed {

@@ -289,6 +289,7 @@ impl Reloader {
                     SystemTime::now(),
                 ));
                 let old_gates = std::mem::replace(&mut running.gates, gate_api);
+                // Replaced gates stop (their publishers); the events are the new ones' too.
                 let old_observers = std::mem::replace(&mut running.observers, observers);
                 if !Arc::ptr_eq(&old_gates, &running.gates) {
                     retire(old_gates, old_observers);
@@ -336,9 +337,9 @@ impl Reloader {
             _ => None,
         };
         let gates = if app_bootstrap::reload::gates_changed(&running.settings, &settings) {
-            // Only on the redis provider (the check refuses local gates): their events are
-            // in Redis, so the new gates read what the old ones wrote.
-            let rt = app_bootstrap::build_gates(&settings)
+            // Over the same events: local gates share the running provider's, Redis ones
+            // read what the old ones wrote.
+            let rt = app_bootstrap::rebuild_gates(running.gates.runtime().map(|g| &**g), &settings)
                 .await
                 .map_err(|e| vec![format!("event_gates: {e}")])?
                 .map(Arc::new);

@@ -331,3 +331,48 @@ async fn a_request_in_flight_finishes_on_its_configuration_and_the_connection_is
         "{new}"
     );
 }
+
+#[tokio::test]
+async fn local_gates_come_and_go_by_reload_and_a_kept_gate_keeps_its_events() {
+    let gate = "\n[event_gates.orders]\nmode = \"only_once\"\nduration = \"1h\"\n";
+    let off = format!("[reload]\nwatch = false\n{CONFIG}{gate}");
+    let app = App::start(&off, &[]);
+    let client = reqwest::Client::new();
+    let submit = async |gate: &str, id: &str| {
+        let r = client
+            .post(app.url(&format!("/v1/gates/{gate}/events")))
+            .json(&serde_json::json!({"key": "k", "id": id}))
+            .send()
+            .await
+            .expect("submit");
+        let status = r.status().as_u16();
+        (status, r.json::<Value>().await.unwrap_or(Value::Null))
+    };
+    assert_eq!(submit("orders", "o1").await.0, 202);
+    assert_eq!(submit("signups", "s1").await.0, 404);
+
+    let added = format!("{off}\n[event_gates.signups]\nmode = \"only_once\"\nduration = \"1h\"\n");
+    write(&app, &added);
+    app.signal("HUP");
+    generation(&client, &app, 2).await;
+    assert_eq!(submit("signups", "s1").await.0, 202, "the added gate");
+    let (code, body) = submit("orders", "o2").await;
+    assert_eq!(
+        (code, &body["conflicts_with"]),
+        (409, &Value::from("o1")),
+        "{body}"
+    );
+
+    write(
+        &app,
+        &added.replacen("duration = \"1h\"", "duration = \"2h\"", 1),
+    );
+    app.signal("HUP");
+    refused(&client, &app, "event_gates.orders.duration").await;
+
+    write(&app, &off);
+    app.signal("HUP");
+    generation(&client, &app, 3).await;
+    assert_eq!(submit("signups", "s2").await.0, 404, "the removed gate");
+    assert_eq!(submit("orders", "o3").await.0, 409, "orders still holds o1");
+}

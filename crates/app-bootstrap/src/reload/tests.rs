@@ -129,10 +129,13 @@ fn enabling_or_disabling_rate_limiting_needs_a_restart() {
 }
 
 #[test]
-fn local_event_gates_need_a_restart() {
-    let next = format!("{BASE}\n[event_gates.signup]\nmode = \"only_once\"\nduration = \"1m\"\n");
-    let e = refused(&next);
-    assert!(e.0.iter().any(|p| p.path.starts_with("event_gates")), "{e}");
+fn local_event_gates_may_come_and_go_but_a_kept_gate_keeps_its_settings() {
+    let with = format!("{BASE}\n[event_gates.signup]\nmode = \"only_once\"\nduration = \"1m\"\n");
+    assert_eq!(check(&settings(BASE), &settings(&with)), Ok(()));
+    assert_eq!(check(&settings(&with), &settings(BASE)), Ok(()));
+    let changed = with.replace("duration = \"1m\"", "duration = \"2m\"");
+    let e = check(&settings(&with), &settings(&changed)).expect_err("a changed gate");
+    assert!(e.names("event_gates.signup.duration"), "{e}");
 }
 
 #[test]
@@ -147,6 +150,7 @@ fn every_problem_is_reported_at_once() {
     assert!(e.names("http.max_connections"), "{e}");
 }
 
+#[cfg(feature = "redis")]
 const ON_REDIS: &str = r#"
 [rate_limit]
 enabled = true
