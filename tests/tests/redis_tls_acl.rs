@@ -673,6 +673,7 @@ mod server_auth_tls_conformance {
 
     use super::server_auth_suite_settings;
     acceptance_tests::conformance_tests!(RedisTarget::new(server_auth_suite_settings));
+    acceptance_tests::lease_conformance_tests!(RedisTarget::new(server_auth_suite_settings));
 }
 
 mod mutual_tls_least_privilege_conformance {
@@ -680,4 +681,59 @@ mod mutual_tls_least_privilege_conformance {
 
     use super::suite_settings;
     acceptance_tests::conformance_tests!(RedisTarget::new(suite_settings));
+}
+
+/// What `docs/operations.md` says a concurrency policy adds to the rate-limit user's rules.
+const LEASE_GRANTS: &[&str] = &[
+    "+zremrangebyscore",
+    "+zscore",
+    "+zcard",
+    "+zrange",
+    "+zadd",
+    "+pexpire",
+    "+zrem",
+];
+
+#[test]
+fn the_documented_lease_grants_are_the_ones_the_suite_grants() {
+    let doc = include_str!("../../docs/operations.md");
+    let sentence = doc
+        .split("A concurrency policy (leases) adds `")
+        .nth(1)
+        .and_then(|rest| rest.split('`').next())
+        .expect("operations.md documents the lease grants");
+    let documented: Vec<&str> = sentence.split_whitespace().collect();
+    assert_eq!(documented, LEASE_GRANTS);
+}
+
+/// One server for the lease suite: mutual TLS, and the documented least-privilege rate-limit
+/// user with the documented lease grants.
+fn lease_suite_settings() -> RedisSettings {
+    static SERVER: OnceLock<(RedisServer, u16, PathBuf)> = OnceLock::new();
+    let (_server, port, pki) = SERVER.get_or_init(|| {
+        let pki = pki();
+        let (server, port) = tls_server(&pki, "yes");
+        let mut rules = documented_acl_rules()[0].clone();
+        rules.extend(LEASE_GRANTS.iter().map(|g| (*g).to_owned()));
+        acl_user(&server, "leases", &rules);
+        (server, port, pki)
+    });
+    let mut s = tls_settings(
+        *port,
+        TlsFiles {
+            ca_file: Some(pki.join("ca.crt")),
+            cert_file: Some(pki.join("client.crt")),
+            key_file: Some(pki.join("client.key")),
+        },
+    );
+    s.username = Some("leases".to_owned());
+    s.password = Some(PASSWORD.to_owned());
+    s
+}
+
+mod mutual_tls_least_privilege_lease_conformance {
+    use acceptance_tests::redis_target::RedisTarget;
+
+    use super::lease_suite_settings;
+    acceptance_tests::lease_conformance_tests!(RedisTarget::new(lease_suite_settings));
 }
