@@ -120,6 +120,14 @@ pub fn router_with_gates(
                         .is_some_and(|p| p.kind() == AlgorithmKind::Concurrency)
                 });
             let layer = RateLimitLayer::new(limiter.clone(), rates).with_peer_ip(peer_ip);
+            if leases.is_empty() {
+                // No route holds a lease: no lease layer, whose pass-through would still box
+                // each request's future.
+                return api
+                    .fallback_service(tower::ServiceBuilder::new().layer(layer).service(demo))
+                    .with_state(state)
+                    .merge(crate::gates::router(gates));
+            }
             let spawner: edge_middleware::concurrency::Spawner = Arc::new(|task| {
                 tokio::spawn(task);
             });
