@@ -59,9 +59,16 @@ async fn wave(
 async fn three_thousand_concurrent_acquires_over_two_instances_hold_exactly_the_limit() {
     let server = RedisServer::start();
     let p = concurrency("jobs", 100, Duration::from_secs(120));
-    // Two independent providers: two connections, as two service instances.
-    let a = Arc::new(connect(settings(&server), vec![p.clone()]).await);
-    let b = Arc::new(connect(settings(&server), vec![p.clone()]).await);
+    // Two independent providers: two connections, as two service instances, each admitting
+    // its 1,500 calls at once (the default `max_in_flight`, 1,024, would refuse some as
+    // `Unavailable(admission)` when the machine is slow to drain them).
+    let wide = || {
+        let mut s = settings(&server);
+        s.max_in_flight = 2_000;
+        s
+    };
+    let a = Arc::new(connect(wide(), vec![p.clone()]).await);
+    let b = Arc::new(connect(wide(), vec![p.clone()]).await);
     let s = subject(7);
     let key = a.state_key(p.id(), &s).expect("a key");
     let started = Instant::now();
