@@ -107,11 +107,6 @@ impl ConfigView {
         }));
     }
 
-    /// The generation in force: 1 at start, one more per reload taken.
-    pub fn generation(&self) -> u64 {
-        self.0.load().body["generation"].as_u64().unwrap_or(0)
-    }
-
     /// The `GET /v1/config` body.
     pub fn body(&self) -> serde_json::Value {
         let state = self.0.load();
