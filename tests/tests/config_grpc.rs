@@ -1,6 +1,8 @@
 //! `[grpc]` and `[[rls.descriptors]]`: read, validated with key paths, rendered by `--check`.
 
 use acceptance_tests::config::{errors, ok, problem_at};
+use std::time::Duration;
+
 use app_bootstrap::UnknownDescriptor;
 
 const BASE: &str = r#"
@@ -70,6 +72,86 @@ policy = "api"
     let again = ok(&text);
     assert_eq!(again.grpc, s.grpc);
     assert_eq!(again.rls.iter().count(), 2);
+}
+
+#[test]
+fn the_listener_limits_are_read_rendered_and_default_as_documented() {
+    let d = ok(BASE).grpc;
+    assert_eq!(d.max_connections, 10_000);
+    assert_eq!(d.handshake_timeout, Duration::from_secs(10));
+    assert_eq!(d.idle_timeout, Duration::from_secs(60));
+    assert_eq!(d.keepalive_interval, Duration::from_secs(30));
+    assert_eq!(d.keepalive_timeout, Duration::from_secs(10));
+    assert_eq!(d.max_concurrent_streams, 128);
+    assert_eq!(d.max_message_bytes, 65_536);
+    let s = ok(&with(
+        r#"
+[grpc]
+bind = "127.0.0.1:8081"
+max_connections = 500
+handshake_timeout = "2s"
+idle_timeout = "30s"
+keepalive_interval = "15s"
+keepalive_timeout = "5s"
+max_concurrent_streams = 64
+max_message_bytes = 16384
+"#,
+    ));
+    let g = s.grpc;
+    assert_eq!(g.max_connections, 500);
+    assert_eq!(g.handshake_timeout, Duration::from_secs(2));
+    assert_eq!(g.idle_timeout, Duration::from_secs(30));
+    assert_eq!(g.keepalive_interval, Duration::from_secs(15));
+    assert_eq!(g.keepalive_timeout, Duration::from_secs(5));
+    assert_eq!(g.max_concurrent_streams, 64);
+    assert_eq!(g.max_message_bytes, 16_384);
+    let text = s.render();
+    for line in [
+        "max_connections = 500",
+        "handshake_timeout = \"2s\"",
+        "max_message_bytes = 16384",
+    ] {
+        assert!(text.contains(line), "{line} not in:\n{text}");
+    }
+    assert_eq!(ok(&text).grpc, g);
+}
+
+#[test]
+fn listener_limits_out_of_bounds_are_named_by_key_path() {
+    let e = errors(&with(
+        r#"
+[grpc]
+bind = "127.0.0.1:8081"
+max_connections = 0
+handshake_timeout = "0s"
+idle_timeout = "2h"
+keepalive_interval = "0s"
+keepalive_timeout = "0s"
+max_concurrent_streams = 0
+max_message_bytes = 999999999
+"#,
+    ));
+    for key in [
+        "max_connections",
+        "max_concurrent_streams",
+        "max_message_bytes",
+    ] {
+        assert!(
+            problem_at(&e, &format!("grpc.{key}")).contains("must be between 1 and"),
+            "{key}"
+        );
+    }
+    for key in [
+        "handshake_timeout",
+        "idle_timeout",
+        "keepalive_interval",
+        "keepalive_timeout",
+    ] {
+        assert!(
+            problem_at(&e, &format!("grpc.{key}")).contains("must be > 0"),
+            "{key}"
+        );
+    }
 }
 
 #[test]

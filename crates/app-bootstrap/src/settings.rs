@@ -42,12 +42,86 @@ pub struct Settings {
 }
 
 /// `[grpc]`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GrpcSettings {
     /// `None` (the default): no gRPC server, no port.
     pub bind: Option<SocketAddr>,
     /// What answers a descriptor that no `[[rls.descriptors]]` rule matches.
     pub unknown_descriptor: UnknownDescriptor,
+    /// Connections served at once; further ones wait in the listen backlog.
+    pub max_connections: usize,
+    /// How long a new connection has to send the HTTP/2 preface and its first SETTINGS frame.
+    pub handshake_timeout: Duration,
+    /// How long a connection may carry no call before it is sent GOAWAY.
+    pub idle_timeout: Duration,
+    /// How often the server pings a connection.
+    pub keepalive_interval: Duration,
+    /// How long a ping may go unanswered before the connection is dropped.
+    pub keepalive_timeout: Duration,
+    /// Calls in flight at once on one connection (HTTP/2 streams).
+    pub max_concurrent_streams: usize,
+    /// The largest request message (bytes); larger is `INVALID_ARGUMENT`.
+    pub max_message_bytes: usize,
+}
+
+impl GrpcSettings {
+    /// The most `grpc.max_connections` accepts.
+    pub const MAX_CONNECTIONS: usize = HttpSettings::MAX_CONNECTIONS;
+    /// The longest timeout or interval accepted.
+    pub const MAX_TIMEOUT: Duration = HttpSettings::MAX_TIMEOUT;
+    /// The most `grpc.max_concurrent_streams` accepts.
+    pub const MAX_CONCURRENT_STREAMS: usize = 65_536;
+    /// The most `grpc.max_message_bytes` accepts (4 MiB, gRPC's usual default).
+    pub const MAX_MESSAGE_BYTES: usize = 4 * 1024 * 1024;
+
+    /// Checks the fields' bounds.
+    ///
+    /// # Errors
+    /// [`PolicyErrors`] with one entry per field out of bounds: a count of zero or over its
+    /// `MAX_*`, a timeout or interval of zero or over [`Self::MAX_TIMEOUT`].
+    pub fn validate(&self) -> Result<(), PolicyErrors> {
+        listener_bounds(
+            &[
+                (
+                    "max_connections",
+                    self.max_connections,
+                    Self::MAX_CONNECTIONS,
+                ),
+                (
+                    "max_concurrent_streams",
+                    self.max_concurrent_streams,
+                    Self::MAX_CONCURRENT_STREAMS,
+                ),
+                (
+                    "max_message_bytes",
+                    self.max_message_bytes,
+                    Self::MAX_MESSAGE_BYTES,
+                ),
+            ],
+            &[
+                ("handshake_timeout", self.handshake_timeout),
+                ("idle_timeout", self.idle_timeout),
+                ("keepalive_interval", self.keepalive_interval),
+                ("keepalive_timeout", self.keepalive_timeout),
+            ],
+        )
+    }
+}
+
+impl Default for GrpcSettings {
+    fn default() -> Self {
+        Self {
+            bind: None,
+            unknown_descriptor: UnknownDescriptor::default(),
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 128,
+            max_message_bytes: 65_536,
+        }
+    }
 }
 
 impl Settings {
@@ -55,6 +129,36 @@ impl Settings {
     /// Each section renders itself next to where it is read ([`crate::config`]).
     pub fn render(&self) -> String {
         crate::config::render(self)
+    }
+
+    /// Descriptors to keep free for the rate-limit provider beyond those it holds once
+    /// connected: a reconnect opens its new connection before the old one is gone, and
+    /// Sentinel and Cluster also reach nodes they learn about. The listeners' connection caps
+    /// are fitted under the open-file limit with this (and what is open at start) kept aside,
+    /// so that no client can take the descriptors a Redis reconnect needs.
+    pub fn provider_descriptor_reserve(&self) -> u64 {
+        let RateLimitSettings::Enabled(e) = &self.rate_limit else {
+            return 0;
+        };
+        match &e.provider {
+            #[cfg(feature = "local")]
+            ProviderSettings::Local => 0,
+            #[cfg(feature = "redis")]
+            ProviderSettings::Redis(r) => {
+                let per_master = 2 * r.redis.connections as u64;
+                match &r.redis.topology {
+                    adapter_redis::Topology::Standalone => per_master,
+                    adapter_redis::Topology::Sentinel { sentinels, .. } => {
+                        per_master + 2 * sentinels.len() as u64
+                    }
+                    // The masters are not known before start: at least three, and a
+                    // connection to every seed node while the slots are learnt.
+                    adapter_redis::Topology::Cluster { nodes } => {
+                        per_master * (nodes.len() as u64).max(3) + nodes.len() as u64
+                    }
+                }
+            }
+        }
     }
 }
 
@@ -245,40 +349,54 @@ impl HttpSettings {
     /// `max_connections` outside `1..=`[`Self::MAX_CONNECTIONS`], `max_body_bytes` outside
     /// `1..=`[`Self::MAX_BODY_BYTES`].
     pub fn validate(&self) -> Result<(), PolicyErrors> {
-        let mut errors = Vec::new();
-        let mut within = |field: &'static str, n: usize, max: usize| {
-            if !(1..=max).contains(&n) {
-                errors.push(PolicyError {
-                    field,
-                    problem: format!("must be between 1 and {max}, got {n}"),
-                });
-            }
-        };
+        let mut counts = vec![
+            (
+                "max_connections",
+                self.max_connections,
+                Self::MAX_CONNECTIONS,
+            ),
+            ("max_body_bytes", self.max_body_bytes, Self::MAX_BODY_BYTES),
+        ];
         if let Some(n) = self.worker_threads {
-            within("worker_threads", n, Self::MAX_WORKER_THREADS);
+            counts.insert(0, ("worker_threads", n, Self::MAX_WORKER_THREADS));
         }
-        within(
-            "max_connections",
-            self.max_connections,
-            Self::MAX_CONNECTIONS,
-        );
-        within("max_body_bytes", self.max_body_bytes, Self::MAX_BODY_BYTES);
-        for (field, d) in [
-            ("header_read_timeout", self.header_read_timeout),
-            ("idle_timeout", self.idle_timeout),
-        ] {
-            if d.is_zero() || d > Self::MAX_TIMEOUT {
-                errors.push(PolicyError {
-                    field,
-                    problem: format!("must be > 0 and <= 1h, got {d:?}"),
-                });
-            }
+        listener_bounds(
+            &counts,
+            &[
+                ("header_read_timeout", self.header_read_timeout),
+                ("idle_timeout", self.idle_timeout),
+            ],
+        )
+    }
+}
+
+/// The bounds of a listener section: each count in `1..=max`, each timeout `> 0` and at most
+/// [`HttpSettings::MAX_TIMEOUT`]; one error per field out of bounds.
+fn listener_bounds(
+    counts: &[(&'static str, usize, usize)],
+    timeouts: &[(&'static str, Duration)],
+) -> Result<(), PolicyErrors> {
+    let mut errors = Vec::new();
+    for &(field, n, max) in counts {
+        if !(1..=max).contains(&n) {
+            errors.push(PolicyError {
+                field,
+                problem: format!("must be between 1 and {max}, got {n}"),
+            });
         }
-        if errors.is_empty() {
-            Ok(())
-        } else {
-            Err(PolicyErrors(errors))
+    }
+    for &(field, d) in timeouts {
+        if d.is_zero() || d > HttpSettings::MAX_TIMEOUT {
+            errors.push(PolicyError {
+                field,
+                problem: format!("must be > 0 and <= 1h, got {d:?}"),
+            });
         }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(PolicyErrors(errors))
     }
 }
 

@@ -13,7 +13,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`service`] | `ShouldRateLimit`: checks, matching, the evaluation, the response; the failure mapping |
-//! | [`server`] | the listener: the rate-limit method, the health service, graceful shutdown |
+//! | [`server`] | the listener: the rate-limit method, the health service, the `[grpc]` limits, graceful shutdown |
 //! | `metrics` | decision metrics under the HTTP edge's names and labels |
 //!
 //! ## Features
@@ -27,5 +27,8 @@ pub mod server;
 pub mod service;
 
 pub use edge_middleware::descriptors::UnknownDescriptor;
-pub use server::{MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes, serve};
+pub use server::{
+    Limits, MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes,
+    routes_with, serve, serve_with,
+};
 pub use service::{MAX_DESCRIPTORS, RlsService, TraceParent};

@@ -1,5 +1,23 @@
 //! The gRPC server: `RateLimitService` and the standard health service on one HTTP/2 listener,
-//! with graceful shutdown.
+//! with the listener limits of `[grpc]` ([`Limits`]) and graceful shutdown.
+//!
+//! The listener is `inbound-listener`'s accept loop (the one the HTTP port uses) serving hyper's
+//! HTTP/2 connections, not tonic's transport server, which sets no connection cap and no
+//! handshake or idle timeout: with it, idle TCP connections that never sent a byte stayed open
+//! forever and took every descriptor of the process. Here:
+//!
+//! - at most `max_connections` connections at once; at the cap the oldest connection that has
+//!   not sent its handshake is closed to make room, otherwise further ones wait in the listen
+//!   backlog;
+//!   accept failures (out of descriptors) are retried after a backoff, logged once per 10 s;
+//! - a connection must send the HTTP/2 preface and its first SETTINGS frame within
+//!   `handshake_timeout`, or it is dropped;
+//! - a connection with no call in flight for `idle_timeout` is sent GOAWAY (calls in flight
+//!   finish) and dropped if it is still open one `idle_timeout` later;
+//! - the server pings each connection every `keepalive_interval` and drops it when the ping is
+//!   not answered within `keepalive_timeout` (a peer that vanished without closing);
+//! - at most `max_concurrent_streams` calls in flight per connection, request headers of at
+//!   most [`MAX_HEADER_LIST_BYTES`], and messages of at most `max_message_bytes`.
 //!
 //! The rate-limit method is served by this module rather than by the generated server of
 //! `envoy-types` for one reason: the generated one decodes with a codec that reports a message
@@ -12,7 +30,14 @@ use std::convert::Infallible;
 use std::future::Future;
 use std::marker::PhantomData;
 use std::pin::Pin;
+use std::sync::Arc;
 use std::task::{Context, Poll};
+use std::time::Duration;
+
+use hyper::body::Incoming;
+use hyper::server::conn::http2;
+use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
+use inbound_listener::{Activity, Admission, Handshake, IdleBy, Timeouts, Tracked};
 
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use tonic::body::Body;
@@ -26,8 +51,14 @@ use crate::service::RlsService;
 pub const SERVICE_NAME: &str = "envoy.service.ratelimit.v3.RateLimitService";
 /// The path of its one method.
 pub const SHOULD_RATE_LIMIT: &str = "/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit";
-/// The largest request message accepted (bytes); larger is `INVALID_ARGUMENT`.
+/// The largest request message accepted by default (bytes); larger is `INVALID_ARGUMENT`.
 pub const MAX_MESSAGE_BYTES: usize = 64 * 1024;
+/// The largest request header list (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`): an RLS call's
+/// headers are a few hundred bytes.
+pub const MAX_HEADER_LIST_BYTES: u32 = 16 * 1024;
+/// The client connection preface (24 bytes) and the frame header of its first SETTINGS frame
+/// (9 bytes): what a connection must send within the handshake timeout.
+const HANDSHAKE_BYTES: u64 = 24 + 9;
 const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 
 /// Why the server stopped.
@@ -35,7 +66,33 @@ const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 #[non_exhaustive]
 pub enum ServeError {
     #[error("gRPC server: {0}")]
-    Transport(#[from] tonic::transport::Error),
+    Io(#[from] std::io::Error),
+}
+
+/// The listener limits of `[grpc]` (see the module docs for what each does).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    pub max_connections: usize,
+    pub handshake_timeout: Duration,
+    pub idle_timeout: Duration,
+    pub keepalive_interval: Duration,
+    pub keepalive_timeout: Duration,
+    pub max_concurrent_streams: u32,
+    pub max_message_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_connections: 10_000,
+            handshake_timeout: Duration::from_secs(10),
+            idle_timeout: Duration::from_secs(60),
+            keepalive_interval: Duration::from_secs(30),
+            keepalive_timeout: Duration::from_secs(10),
+            max_concurrent_streams: 128,
+            max_message_bytes: MAX_MESSAGE_BYTES,
+        }
+    }
 }
 
 /// A prost codec whose decode errors are `INVALID_ARGUMENT`.
@@ -120,6 +177,7 @@ type HealthServer =
 pub struct Routes {
     rls: RlsService,
     health: HealthServer,
+    max_message_bytes: usize,
 }
 
 impl NamedService for Routes {
@@ -142,12 +200,13 @@ impl tower_service::Service<http::Request<Body>> for Routes {
         let (rls, health) = (path == SHOULD_RATE_LIMIT, path.starts_with(HEALTH_PREFIX));
         if rls {
             let method = ShouldRateLimit(self.rls.clone());
+            let max_message_bytes = self.max_message_bytes;
             return Box::pin(async move {
                 let mut grpc =
                     Grpc::new(RlsCodec::<RateLimitResponse, RateLimitRequest>::default())
                         // A larger message is refused by tonic before it is read (OUT_OF_RANGE,
                         // rewritten below).
-                        .apply_max_message_size_config(Some(MAX_MESSAGE_BYTES), None);
+                        .apply_max_message_size_config(Some(max_message_bytes), None);
                 Ok(invalid_argument_for_oversize(
                     grpc.unary(method, request).await,
                 ))
@@ -176,8 +235,13 @@ fn invalid_argument_for_oversize(mut response: http::Response<Body>) -> http::Re
 }
 
 /// The routes of `rls`, with a health service that reports the rate-limit service (and the
-/// server, `""`) serving.
+/// server, `""`) serving, refusing messages over [`MAX_MESSAGE_BYTES`].
 pub async fn routes(rls: RlsService) -> Routes {
+    routes_with(rls, MAX_MESSAGE_BYTES).await
+}
+
+/// [`routes`], refusing messages over `max_message_bytes`.
+pub async fn routes_with(rls: RlsService, max_message_bytes: usize) -> Routes {
     let reporter = tonic_health::server::HealthReporter::new();
     reporter
         .set_service_status(SERVICE_NAME, tonic_health::ServingStatus::Serving)
@@ -188,10 +252,15 @@ pub async fn routes(rls: RlsService) -> Routes {
     let health = HealthServer::new(tonic_health::server::HealthService::from_health_reporter(
         reporter,
     ));
-    Routes { rls, health }
+    Routes {
+        rls,
+        health,
+        max_message_bytes,
+    }
 }
 
-/// Serves `rls` on `listener` until `shutdown` completes, then lets calls in flight finish.
+/// Serves `rls` on `listener` with the default [`Limits`] until `shutdown` completes, then
+/// lets calls in flight finish.
 ///
 /// # Errors
 /// [`ServeError`] when the server fails.
@@ -200,10 +269,85 @@ pub async fn serve(
     rls: RlsService,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
-    let routes = routes(rls).await;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
-    tonic::transport::Server::builder()
-        .serve_with_incoming_shutdown(routes, incoming, shutdown)
-        .await?;
+    serve_with(listener, rls, Limits::default(), shutdown).await
+}
+
+/// Serves `rls` on `listener` with `limits` until `shutdown` completes, then stops accepting,
+/// sends every connection GOAWAY and returns once their calls in flight have finished.
+///
+/// # Errors
+/// [`ServeError`] when the server fails.
+pub async fn serve_with(
+    listener: tokio::net::TcpListener,
+    rls: RlsService,
+    limits: Limits,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
+    let routes = routes_with(rls, limits.max_message_bytes).await;
+    let mut h2 = http2::Builder::new(TokioExecutor::new());
+    h2.timer(TokioTimer::new())
+        .max_concurrent_streams(limits.max_concurrent_streams)
+        .max_header_list_size(MAX_HEADER_LIST_BYTES)
+        .keep_alive_interval(limits.keepalive_interval)
+        .keep_alive_timeout(limits.keepalive_timeout);
+    let h2 = Arc::new(h2);
+    let admission = Admission {
+        name: "grpc",
+        max_connections: limits.max_connections,
+        handshake_bytes: HANDSHAKE_BYTES,
+    };
+    inbound_listener::serve(
+        listener,
+        admission,
+        shutdown,
+        move |stream, peer, a, stop| {
+            connection(stream, peer, routes.clone(), h2.clone(), limits, a, stop)
+        },
+    )
+    .await?;
     Ok(())
+}
+
+/// Serves one HTTP/2 connection until it ends, shutdown asks it to, or a timer closes it.
+async fn connection(
+    stream: tokio::net::TcpStream,
+    peer: std::net::SocketAddr,
+    routes: Routes,
+    h2: Arc<http2::Builder<TokioExecutor>>,
+    limits: Limits,
+    activity: Arc<Activity>,
+    stop: inbound_listener::Stop,
+) {
+    // Calls are small and answered at once: no Nagle delay.
+    let _ = stream.set_nodelay(true);
+    let io = TokioIo::new(Tracked::new(stream, activity.clone()));
+    let calls = activity.clone();
+    let service = hyper::service::service_fn(move |request: http::Request<Incoming>| {
+        let call = calls.call();
+        let mut routes = routes.clone();
+        let answer = tower_service::Service::call(&mut routes, request.map(Body::new));
+        async move {
+            let answer = answer.await;
+            drop(call);
+            answer
+        }
+    });
+    let conn = h2.serve_connection(io, service);
+    let timeouts = Timeouts {
+        handshake: Some(Handshake {
+            within: limits.handshake_timeout,
+            bytes: HANDSHAKE_BYTES,
+        }),
+        idle: limits.idle_timeout,
+        idle_by: IdleBy::Calls,
+    };
+    inbound_listener::supervise(
+        conn,
+        |c| c.graceful_shutdown(),
+        peer,
+        &activity,
+        timeouts,
+        stop,
+    )
+    .await;
 }

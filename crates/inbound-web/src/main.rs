@@ -168,21 +168,11 @@ async fn serve(
             return ExitCode::from(2);
         }
     };
-    let rls = settings.grpc.bind.zip(runtime.as_ref()).map(|(bind, rt)| {
-        let service = inbound_grpc::RlsService::new(
-            rt.port().clone(),
-            rt.hasher().clone(),
-            settings.rls.clone(),
-            settings.grpc.unknown_descriptor,
-            rt.budget(),
-        );
-        let service = if traced {
-            service.with_trace_parent(telemetry::join_caller_trace)
-        } else {
-            service
-        };
-        (bind, service)
-    });
+    let rls = settings
+        .grpc
+        .bind
+        .zip(runtime.as_ref())
+        .map(|(bind, rt)| (bind, rls_service(settings, rt, traced)));
     let gates = match app_bootstrap::build_gates(settings).await {
         Ok(g) => g.map(Arc::new),
         Err(e) => {
@@ -230,16 +220,20 @@ async fn serve(
     let (stop_grpc, grpc_stopped) = tokio::sync::watch::channel(false);
     let stop_grpc = Arc::new(stop_grpc);
     let stop_on_signal = stop_grpc.clone();
-    let grpc = match rls {
-        Some((bind, service)) => match start_grpc(bind, service, grpc_stopped).await {
-            Ok(task) => Some(task),
+    let grpc_listener = match &rls {
+        Some((bind, _)) => match bind_grpc(*bind).await {
+            Ok(l) => Some(l),
             Err(code) => return code,
         },
         None => None,
     };
+    let (http, grpc_limits) = fit_descriptors(settings, grpc_listener.is_some());
+    let grpc = rls
+        .zip(grpc_listener)
+        .map(|((_, service), listener)| start_grpc(listener, service, grpc_limits, grpc_stopped));
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
-    let served = inbound_web::app::serve_current(listener, router, &settings.http, async move {
+    let served = inbound_web::app::serve_current(listener, router, &http, async move {
         shutdown.await;
         let _ = stop_on_signal.send(true);
     })
@@ -270,28 +264,111 @@ async fn serve(
     }
 }
 
-/// Binds the gRPC listener and serves the rate-limit service on it until `stopped` turns true.
-async fn start_grpc(
-    bind: std::net::SocketAddr,
-    service: inbound_grpc::RlsService,
-    mut stopped: tokio::sync::watch::Receiver<bool>,
-) -> Result<tokio::task::JoinHandle<Result<(), inbound_grpc::ServeError>>, ExitCode> {
-    let listener = match tokio::net::TcpListener::bind(bind).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("grpc.bind: cannot listen on {bind}: {e}");
-            return Err(ExitCode::FAILURE);
-        }
+/// The Envoy rate-limit service over the runtime's limiter; `traced`: calls join their
+/// caller's trace.
+fn rls_service(
+    settings: &app_bootstrap::Settings,
+    rt: &app_bootstrap::RateLimitRuntime,
+    traced: bool,
+) -> inbound_grpc::RlsService {
+    let service = inbound_grpc::RlsService::new(
+        rt.port().clone(),
+        rt.hasher().clone(),
+        settings.rls.clone(),
+        settings.grpc.unknown_descriptor,
+        rt.budget(),
+    );
+    if traced {
+        service.with_trace_parent(telemetry::join_caller_trace)
+    } else {
+        service
+    }
+}
+
+/// Descriptors kept aside, beyond those open at start and the provider's reserve, for what
+/// the process opens now and then: the configuration file a reload reads, the OTLP exporter's
+/// connection, name lookups.
+const DESCRIPTOR_HEADROOM: u64 = 32;
+
+/// The `[http]` settings and the gRPC limits with their connection caps fitted under the
+/// open-file limit (`inbound_listener::Budget`): descriptors open now, the provider's
+/// reserve for reconnects and [`DESCRIPTOR_HEADROOM`] are kept aside, and the rest is
+/// shared between the listeners so that neither can take the other's share. A cap lowered
+/// is logged once.
+fn fit_descriptors(
+    settings: &app_bootstrap::Settings,
+    grpc_on: bool,
+) -> (app_bootstrap::HttpSettings, inbound_grpc::Limits) {
+    let g = &settings.grpc;
+    let mut grpc = inbound_grpc::Limits {
+        max_connections: g.max_connections,
+        handshake_timeout: g.handshake_timeout,
+        idle_timeout: g.idle_timeout,
+        keepalive_interval: g.keepalive_interval,
+        keepalive_timeout: g.keepalive_timeout,
+        max_concurrent_streams: u32::try_from(g.max_concurrent_streams).unwrap_or(u32::MAX),
+        max_message_bytes: g.max_message_bytes,
     };
+    let mut http = settings.http.clone();
+    let (Some(limit), Some(open)) = (
+        inbound_listener::open_file_limit(),
+        inbound_listener::open_descriptors(),
+    ) else {
+        return (http, grpc);
+    };
+    let budget = inbound_listener::Budget {
+        limit,
+        reserved: open + settings.provider_descriptor_reserve() + DESCRIPTOR_HEADROOM,
+    };
+    let caps: &[usize] = if grpc_on {
+        &[http.max_connections, grpc.max_connections]
+    } else {
+        &[http.max_connections]
+    };
+    let fit = budget.fit(caps);
+    if fit[..] != caps[..] {
+        tracing::warn!(
+            open_file_limit = limit,
+            reserved = budget.reserved,
+            http_max_connections = fit[0],
+            grpc_max_connections = fit.get(1).copied(),
+            "the open-file limit cannot hold http.max_connections and grpc.max_connections \
+             beside the descriptors kept for Redis and the process; serving fewer connections \
+             at once (raise the limit, e.g. `ulimit -n`, to serve more)"
+        );
+    }
+    http.max_connections = fit[0];
+    if let Some(&n) = fit.get(1) {
+        grpc.max_connections = n;
+    }
+    (http, grpc)
+}
+
+/// Binds the gRPC listener.
+async fn bind_grpc(bind: std::net::SocketAddr) -> Result<tokio::net::TcpListener, ExitCode> {
+    tokio::net::TcpListener::bind(bind).await.map_err(|e| {
+        eprintln!("grpc.bind: cannot listen on {bind}: {e}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Serves the rate-limit service on `listener` with `limits` until `stopped` turns true.
+fn start_grpc(
+    listener: tokio::net::TcpListener,
+    service: inbound_grpc::RlsService,
+    limits: inbound_grpc::Limits,
+    mut stopped: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<Result<(), inbound_grpc::ServeError>> {
     let addr = listener
         .local_addr()
-        .map_or_else(|_| bind.to_string(), |a| a.to_string());
+        .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     tracing::info!("gRPC rate-limit service listening on {addr}");
-    Ok(tokio::spawn(inbound_grpc::serve(
+    tokio::spawn(inbound_grpc::serve_with(
         listener,
         service,
+        limits,
         async move {
             let _ = stopped.wait_for(|stop| *stop).await;
         },
-    )))
+    ))
 }

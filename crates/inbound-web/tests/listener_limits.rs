@@ -204,3 +204,183 @@ async fn connections_beyond_max_connections_wait_until_one_closes() {
     );
     assert!(app.log().contains("http.max_connections reached"));
 }
+
+/// One `/v1/evaluate` over a held HTTP/1.1 connection: the response, `None` when none came
+/// within 1 s.
+async fn evaluate_on(s: &mut TcpStream, subject: &str) -> Option<String> {
+    let body = format!(r#"{{"policy":"api","subject":"{subject}","cost":1}}"#);
+    let head = format!(
+        "POST /v1/evaluate HTTP/1.1\r\nHost: t\r\ncontent-type: application/json\r\ncontent-length: {}\r\n\r\n",
+        body.len()
+    );
+    s.write_all(format!("{head}{body}").as_bytes()).await.ok()?;
+    response(s, Duration::from_secs(1)).await
+}
+
+/// One `/v1/evaluate` on a new connection: the status, or why there was none.
+async fn evaluate_fresh(client: &reqwest::Client, app: &App, subject: &str) -> Result<u16, String> {
+    client
+        .post(app.url("/v1/evaluate"))
+        .header("content-type", "application/json")
+        .body(format!(
+            r#"{{"policy":"api","subject":"{subject}","cost":1}}"#
+        ))
+        .send()
+        .await
+        .map(|r| r.status().as_u16())
+        .map_err(|e| format!("{e:?}"))
+}
+
+type RlsClient = envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient<tonic::transport::Channel>;
+
+/// One RLS call for user `user`: whether it came back `OK` within 1 s.
+async fn rls_allows(c: &mut RlsClient, user: &str) -> Result<(), String> {
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
+    use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
+    use envoy_types::pb::envoy::service::ratelimit::v3::RateLimitRequest;
+    use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
+    let request = RateLimitRequest {
+        domain: "edge".into(),
+        descriptors: vec![RateLimitDescriptor {
+            entries: vec![Entry {
+                key: "user".into(),
+                value: user.into(),
+            }],
+            ..Default::default()
+        }],
+        hits_addend: 1,
+    };
+    let answer = tokio::time::timeout(Duration::from_secs(1), c.should_rate_limit(request))
+        .await
+        .map_err(|_| "no answer within 1 s".to_owned())?
+        .map_err(|e| format!("{e:?}"))?;
+    match answer.into_inner().overall_code() {
+        Code::Ok => Ok(()),
+        other => Err(format!("{other:?}")),
+    }
+}
+
+async fn rls_client(addr: &str) -> Result<RlsClient, String> {
+    tokio::time::timeout(
+        Duration::from_secs(1),
+        RlsClient::connect(format!("http://{addr}")),
+    )
+    .await
+    .map_err(|_| "no connection within 1 s".to_owned())?
+    .map_err(|e| format!("{e:?}"))
+}
+
+#[tokio::test]
+async fn idle_connections_to_both_ports_under_a_low_descriptor_limit_starve_neither_port_nor_redis()
+{
+    let redis = acceptance_tests::redis_server::RedisServer::start();
+    let config = format!(
+        r#"{}
+[rate_limit.policies.api]
+algorithm = "fixed_window"
+limit = 100000
+window = "1h"
+
+[http]
+header_read_timeout = "2s"
+
+[grpc]
+bind = "127.0.0.1:0"
+handshake_timeout = "2s"
+
+[[rls.descriptors]]
+domain = "edge"
+entries = ["user"]
+policy = "api"
+"#,
+        common::redis_rate_limit(redis.url(), "fail_closed", "")
+    );
+    // 256 descriptors, as in the report that stopped every listener with 300 idle
+    // connections to the gRPC port.
+    let app = App::start_limited(&config, &[], Some(256));
+    let grpc = app.grpc_addr();
+    // Clients that hold a connection (Envoy keeps one to its rate-limit service, HTTP clients
+    // keep theirs alive), each used once before the attack.
+    let mut held_http = connect(&app).await;
+    let first = evaluate_on(&mut held_http, "before").await;
+    assert!(first.is_some_and(|r| r.starts_with("HTTP/1.1 200")));
+    let mut held_rls = rls_client(&grpc).await.expect("gRPC client");
+    rls_allows(&mut held_rls, "before")
+        .await
+        .expect("gRPC before");
+
+    // 300 connections to each port that send nothing.
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(TcpStream::connect(&grpc).await.expect("connect to gRPC"));
+        idle.push(connect(&app).await);
+    }
+    let attacked = Instant::now();
+
+    // For 4 s, held and new connections on both ports are answered within 1 s, by Redis.
+    let fresh_http = reqwest::Client::builder()
+        .pool_max_idle_per_host(0)
+        .timeout(Duration::from_secs(1))
+        .build()
+        .expect("client");
+    for round in 0..8 {
+        let who = format!("round-{round}");
+        let r = evaluate_on(&mut held_http, &who).await;
+        assert!(
+            r.as_deref().is_some_and(|r| r.starts_with("HTTP/1.1 200")),
+            "round {round}: held HTTP connection: {r:?}"
+        );
+        rls_allows(&mut held_rls, &who)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: held gRPC connection: {e}"));
+        let status = evaluate_fresh(&fresh_http, &app, &who).await;
+        assert_eq!(status, Ok(200), "round {round}: new HTTP connection");
+        let mut fresh_rls = rls_client(&grpc)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
+        rls_allows(&mut fresh_rls, &who)
+            .await
+            .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+
+    // Every idle connection was closed: those the listeners had taken within the 2 s
+    // handshake timeouts, the others as soon as clients that speak needed their places.
+    for (i, s) in idle.iter_mut().enumerate() {
+        let left = Duration::from_secs(5).saturating_sub(attacked.elapsed());
+        assert!(
+            closed(s, left).await.is_some(),
+            "idle connection {i} still open {:?} after the attack",
+            attacked.elapsed()
+        );
+    }
+    // A Redis reconnect finds a descriptor: the app's connections are killed on the server,
+    // and evaluations are answered by Redis again.
+    let mut admin = redis.connection();
+    let _: redis::Value = redis::cmd("CLIENT")
+        .arg("KILL")
+        .arg("TYPE")
+        .arg("normal")
+        .arg("SKIPME")
+        .arg("yes")
+        .query(&mut admin)
+        .expect("CLIENT KILL");
+    acceptance_tests::eventually::eventually(
+        "evaluations answered by Redis again after its connections were killed",
+        Duration::from_secs(5),
+        Duration::from_millis(100),
+        async || match evaluate_fresh(&fresh_http, &app, "after").await {
+            Ok(200) => Ok(()),
+            other => Err(other),
+        },
+    )
+    .await;
+    let log = app.log();
+    assert!(
+        !log.contains("accept failed") && !log.contains("Too many open files"),
+        "a listener or Redis ran out of descriptors:\n{log}"
+    );
+    assert!(log.contains("serving fewer connections"), "{log}");
+    assert!(log.contains("grpc.max_connections reached"), "{log}");
+    assert!(log.contains("http.max_connections reached"), "{log}");
+}

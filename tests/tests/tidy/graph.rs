@@ -188,12 +188,29 @@ fn inbound_grpc_never_reaches_redis_tls_configuration_or_web_framework() {
 }
 
 #[test]
-fn inbound_grpc_depends_on_no_workspace_crate_but_the_contract_and_the_edge() {
+fn inbound_grpc_depends_on_no_workspace_crate_but_the_contract_the_edge_and_the_listener() {
     let g = graph();
     let workspace: BTreeSet<String> = g
         .reaches("inbound-grpc", &[])
         .into_iter()
         .filter(|n| g.members.contains_key(n))
         .collect();
-    assert_eq!(workspace, set(&["shared-contract", "edge-middleware"]));
+    assert_eq!(
+        workspace,
+        set(&["shared-contract", "edge-middleware", "inbound-listener"])
+    );
+}
+
+#[test]
+fn inbound_listener_depends_on_no_workspace_crate() {
+    // The accept loop under both servers knows no protocol, provider or configuration.
+    let g = graph();
+    let workspace: BTreeSet<String> = g
+        .reaches("inbound-listener", &[])
+        .into_iter()
+        .filter(|n| g.members.contains_key(n))
+        .collect();
+    assert!(workspace.is_empty(), "{workspace:?}");
+    let forbidden = ["hyper", "axum", "tonic", "redis", "figment"];
+    assert_reaches_none("inbound-listener", &forbidden);
 }

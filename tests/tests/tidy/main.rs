@@ -6,7 +6,10 @@
 //! ```text
 //! inbound-web ──> app-bootstrap ──> adapter-redis, adapter-local ──> shared-contract
 //!      │                └──────────> edge-middleware ──────────────> shared-contract
-//!      └──────────────────────────> edge-middleware
+//!      ├──────────────────────────> edge-middleware
+//!      ├──> inbound-grpc ──────────> edge-middleware, shared-contract
+//!      │         └──> inbound-listener (no workspace crate)
+//!      └──> inbound-listener
 //! ```
 //!
 //! Checked twice: on the manifests and `use` lines (direct dependencies), and on the graph

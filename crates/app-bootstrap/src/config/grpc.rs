@@ -11,7 +11,7 @@ use shared_contract::PolicyId;
 
 use super::policies;
 use super::reader::{
-    Check, Key, Toml, array_of_tables, join, read_keys, render_section, show, toml_str,
+    Check, Key, Toml, array_of_tables, join, key, read_keys, render_section, show, toml_str,
 };
 use crate::settings::GrpcSettings;
 
@@ -47,6 +47,13 @@ const KEYS: &[Key<GrpcSettings>] = &[
         },
         render: |s, o| o.str("unknown_descriptor", s.unknown_descriptor.as_str()),
     },
+    key!("max_connections", max_connections),
+    key!("handshake_timeout", handshake_timeout),
+    key!("idle_timeout", idle_timeout),
+    key!("keepalive_interval", keepalive_interval),
+    key!("keepalive_timeout", keepalive_timeout),
+    key!("max_concurrent_streams", max_concurrent_streams),
+    key!("max_message_bytes", max_message_bytes),
 ];
 
 const RULE_KEYS: &[&str] = &["domain", "entries", "policy"];
@@ -64,6 +71,7 @@ pub(super) fn read(
     let before = c.count();
     let mut s = GrpcSettings::default();
     read_keys(c, P, d, KEYS, &mut s);
+    c.owned(P, s.validate());
     if let Some(bind) = s.bind {
         if http_bind == Some(bind) && bind.port() != 0 {
             c.push(

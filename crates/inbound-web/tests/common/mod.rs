@@ -25,10 +25,16 @@ pub struct App {
 impl App {
     /// Starts the binary with `config` (TOML) on a free loopback port, plus `env`.
     pub fn start(config: &str, env: &[(&str, &str)]) -> App {
+        Self::start_limited(config, env, None)
+    }
+
+    /// [`Self::start`] with the open-file limit (soft and hard) set to `open_files` before
+    /// the binary starts (by `prlimit`), when given.
+    pub fn start_limited(config: &str, env: &[(&str, &str)], open_files: Option<u64>) -> App {
         // The defaults first, so that `env` (a test's RUST_LOG) wins.
         let mut all = vec![("APP_HTTP__BIND", "127.0.0.1:0"), ("RUST_LOG", "info")];
         all.extend_from_slice(env);
-        let (dir, mut cmd) = command(config, &[], &all);
+        let (dir, mut cmd) = command_as(config, &[], &all, open_files);
         cmd.stdout(Stdio::null()).stderr(Stdio::piped());
         let mut child = cmd.spawn().expect("spawn inbound-web");
         let stderr = child.stderr.take().expect("piped stderr");
@@ -141,10 +147,28 @@ impl Drop for App {
 /// The binary with `--config <config written to a temp dir>`, `args` and `env`, stdin
 /// closed; the temp dir lives as long as the returned handle.
 fn command(config: &str, args: &[&str], env: &[(&str, &str)]) -> (tempfile::TempDir, Command) {
+    command_as(config, args, env, None)
+}
+
+/// [`command`], run by `prlimit` with `open_files` as the open-file limit when given (it
+/// execs the binary: the child's pid is the binary's).
+fn command_as(
+    config: &str,
+    args: &[&str],
+    env: &[(&str, &str)],
+    open_files: Option<u64>,
+) -> (tempfile::TempDir, Command) {
     let dir = tempfile::tempdir().expect("tempdir");
     let path = dir.path().join("app.toml");
     std::fs::write(&path, config).expect("write config");
-    let mut cmd = Command::new(BIN);
+    let mut cmd = match open_files {
+        None => Command::new(BIN),
+        Some(n) => {
+            let mut c = Command::new("prlimit");
+            c.arg(format!("--nofile={n}:{n}")).arg("--").arg(BIN);
+            c
+        }
+    };
     cmd.arg("--config")
         .arg(&path)
         .args(args)
