@@ -11,6 +11,7 @@
 //! | `[[routes]]`, `[[rls.descriptors]]`, `grpc.unknown_descriptor`, `[reload]` | taken |
 //! | `[event_gates.*]` | gates added and removed are taken; a gate that stays keeps its settings (they are stored with its events): change one by adding it under a new id |
 //! | everything else (`[http]`, `[log]`, `grpc.bind`, `rate_limit.enabled`, `provider`, `[rate_limit.redis]`, `[rate_limit.local]`, `[rate_limit.circuit_breaker]`, the subject secret, `[otlp]`) | refused: these are bound to listeners, connections, stores and publishers that live as long as the process; restart to change them |
+//! | secrets and TLS material: the subject secret (inline or its file's content), the credentials in `rate_limit.redis.url`, `sentinels` and `nodes`, `rate_limit.redis.password`, the content of `password_file` and of the `tls_*_file`s | refused as restart-only like the rest of `[rate_limit.redis]`, by key path, with a problem that says the secret changed and never shows it: the running connections keep the credentials and the TLS connector they were built with, so taking such a change would report what is not applied |
 //!
 //! **The revision rule.** A policy's stored state is kept under its id and revision and is
 //! read under the parameters in force. So a policy that keeps its id and changes anything
@@ -21,9 +22,13 @@
 //! Policies may be added and removed; a policy removed and later added back should come back
 //! with a revision above any it had.
 //!
-//! Secrets are compared where the settings hold them (the subject secret); the Redis
-//! credentials are read at start only (the rendered settings redact them), so a changed
-//! password file takes effect on restart.
+//! **Secrets.** The check compares the rendered settings, which redact every secret (a
+//! password in a URL, the password, the subject secret) and show a file by its path only.
+//! So every secret is also compared by value: the subject secret as it is, the Redis ones
+//! (URL credentials, password, TLS files' content) by a digest taken when they were read. A
+//! change that the rendering cannot see (a password alone, a file's content under the same
+//! path) is refused by key path like any restart-only change, and neither value is shown or
+//! logged.
 
 use std::collections::BTreeMap;
 
@@ -67,6 +72,7 @@ pub fn check(running: &Settings, next: &Settings) -> Result<(), ConfigErrors> {
             path,
         });
     }
+    // The subject secret is compared by value (its `Eq`).
     if let (RateLimitSettings::Enabled(a), RateLimitSettings::Enabled(b)) =
         (&running.rate_limit, &next.rate_limit)
         && a.subject_secret != b.subject_secret
@@ -74,10 +80,12 @@ pub fn check(running: &Settings, next: &Settings) -> Result<(), ConfigErrors> {
         problems.push(Problem {
             path: "rate_limit.subject_secret".into(),
             problem:
-                "cannot change on reload (every subject digest would change); restart to apply it"
+                "cannot change on reload: the subject secret changed, and every subject digest would change with it (neither value is shown); restart to apply it"
                     .into(),
         });
     }
+    #[cfg(feature = "redis")]
+    redis_secrets(running, next, &mut problems);
     revisions(running, next, &old, &new, &mut problems);
     gates(&old, &new, &mut problems);
     if problems.is_empty() {
@@ -85,6 +93,100 @@ pub fn check(running: &Settings, next: &Settings) -> Result<(), ConfigErrors> {
     } else {
         Err(ConfigErrors(problems))
     }
+}
+
+/// A secret as a key path, what its change is, and a digest of its value.
+#[cfg(feature = "redis")]
+type Secrets = BTreeMap<&'static str, (u64, &'static str)>;
+
+/// The Redis secrets [`Settings::render`] redacts (or shows by path only: the TLS files),
+/// compared by a digest of their value; a change is named by the key path the secret is
+/// configured at (unless the rendering already named it). The subject secret is compared by
+/// value in [`check`].
+#[cfg(feature = "redis")]
+fn redis_secrets(running: &Settings, next: &Settings, problems: &mut Vec<Problem>) {
+    let (old, new) = (secrets(running), secrets(next));
+    for (path, (was, why)) in &old {
+        // A secret on one side only has moved (url, password, password_file): the rendering
+        // shows that. On both sides, the digests tell a change the rendering redacts.
+        let Some((now, _)) = new.get(path) else {
+            continue;
+        };
+        if was != now && !problems.iter().any(|p| p.path == *path) {
+            problems.push(Problem {
+                path: (*path).to_owned(),
+                problem: format!(
+                    "cannot change on reload: {why} (neither value is shown); restart to apply it"
+                ),
+            });
+        }
+    }
+}
+
+/// The Redis secrets of `s` by key path (see [`redis_secrets`]).
+#[cfg(feature = "redis")]
+fn secrets(s: &Settings) -> Secrets {
+    use adapter_redis::Topology;
+
+    use crate::settings::PasswordSource;
+
+    let mut out = Secrets::new();
+    let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+        return out;
+    };
+    let Some(r) = e.provider.redis() else {
+        return out;
+    };
+    let urls = |urls: &[String]| digest(&urls.iter().map(String::as_bytes).collect::<Vec<_>>());
+    match &r.redis.topology {
+        Topology::Standalone => {
+            let d = digest(&[r.redis.url.as_bytes()]);
+            out.insert("rate_limit.redis.url", (d, "the credentials in it changed"));
+        }
+        Topology::Sentinel { sentinels, .. } => {
+            let d = urls(sentinels);
+            let why = "the credentials in a sentinel's URL changed";
+            out.insert("rate_limit.redis.sentinels", (d, why));
+        }
+        Topology::Cluster { nodes } => {
+            let d = urls(nodes);
+            let why = "the credentials in a node's URL changed";
+            out.insert("rate_limit.redis.nodes", (d, why));
+        }
+    }
+    let password = r.redis.password.as_deref().unwrap_or_default().as_bytes();
+    match &r.password_source {
+        PasswordSource::Key => {
+            let why = "the password changed";
+            out.insert("rate_limit.redis.password", (digest(&[password]), why));
+        }
+        PasswordSource::File(_) => {
+            let why = "the password in the file changed";
+            out.insert("rate_limit.redis.password_file", (digest(&[password]), why));
+        }
+        PasswordSource::Url | PasswordSource::None => {}
+    }
+    for (key, d) in &r.tls_file_digests {
+        let path = match *key {
+            "tls_ca_file" => "rate_limit.redis.tls_ca_file",
+            "tls_cert_file" => "rate_limit.redis.tls_cert_file",
+            _ => "rate_limit.redis.tls_key_file",
+        };
+        out.insert(path, (*d, "the file's content changed"));
+    }
+    out
+}
+
+/// A digest of `parts` (each length-prefixed, so that parts cannot run into each other). It
+/// stays in memory: it only tells whether a secret changed, and is never shown.
+#[cfg(feature = "redis")]
+pub(crate) fn digest(parts: &[&[u8]]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in parts {
+        p.hash(&mut h);
+    }
+    h.finish()
 }
 
 /// Whether the event gates differ (then a reload builds them again).

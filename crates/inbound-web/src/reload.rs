@@ -107,6 +107,20 @@ impl ConfigView {
         }));
     }
 
+    /// Forgets the last refused reload: the file is back to the configuration in force, so
+    /// what was refused is no longer in it. Whether there was one to forget.
+    fn file_back_in_force(&self) -> bool {
+        let now = self.0.load();
+        if now.refused.is_none() {
+            return false;
+        }
+        self.0.store(Arc::new(ViewState {
+            body: now.body.clone(),
+            refused: None,
+        }));
+        true
+    }
+
     /// The `GET /v1/config` body.
     pub fn body(&self) -> serde_json::Value {
         let state = self.0.load();
@@ -434,8 +448,14 @@ impl Reloader {
             }
             seen = settled;
             // Back to what is in force (a file briefly unreadable, say for want of
-            // descriptors, then readable again): nothing to do.
+            // descriptors, then readable again, or a refused change written back): nothing to
+            // reload, and a refused reload no longer describes the file.
             if settled.is_some() && settled == self.applied() {
+                if self.view.file_back_in_force() {
+                    tracing::info!(
+                        "configuration file back to the configuration in force; the last refused reload is cleared"
+                    );
+                }
                 continue;
             }
             // A file that cannot be read is reported by the reload (on `--config`), once per

@@ -1,8 +1,9 @@
 //! Configuration reload on the real binary over the local provider: a valid file goes into
 //! force whole (on a file change and on SIGHUP), an invalid, truncated, missing or
 //! revision-breaking one changes nothing and says why by key path (log, metric,
-//! `/v1/config`), an unchanged policy keeps its state, and a request in flight finishes on
-//! the configuration it started with while its connection is kept.
+//! `/v1/config`), a refused change written back to the bytes in force clears the refused
+//! reload, an unchanged policy keeps its state, and a request in flight finishes on the
+//! configuration it started with while its connection is kept.
 
 mod common;
 
@@ -237,6 +238,31 @@ async fn invalid_truncated_missing_and_unbumped_files_change_nothing() {
     );
     let c = generation(&client, &app, 2).await;
     assert!(c["last_refused_reload"].is_null(), "{c}");
+}
+
+#[tokio::test]
+async fn a_refused_change_written_back_to_the_bytes_in_force_clears_the_refused_reload() {
+    let app = App::start(CONFIG, &[]);
+    let client = reqwest::Client::new();
+    let in_force = std::fs::read(app.config_path()).expect("the configuration in force");
+    write(&app, &CONFIG.replace("limit = 3", "limit = 30"));
+    refused(&client, &app, "rate_limit.policies.api.revision").await;
+
+    std::fs::write(app.config_path(), &in_force).expect("write back the bytes in force");
+    let c = eventually("the refused reload cleared", WITHIN, EVERY, async || {
+        let c = config(&client, &app).await;
+        if c["last_refused_reload"].is_null() {
+            Ok(c)
+        } else {
+            Err(c)
+        }
+    })
+    .await;
+    // Nothing was reloaded: the file is what is in force.
+    assert_eq!(c["generation"], 1, "{c}");
+    assert_eq!(c["config"]["rate_limit"]["policies"]["api"]["limit"], 3);
+    let log = app.log();
+    assert!(log.contains("back to the configuration in force"), "{log}");
 }
 
 #[tokio::test]

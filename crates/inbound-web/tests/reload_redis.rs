@@ -1,6 +1,7 @@
 //! Configuration reload on the real binary over Redis (its own `redis-server`): event gates
 //! may be added and removed by a reload while a gate that stays keeps its events and cannot
-//! change its settings; policies reload over the same connections.
+//! change its settings; policies reload over the same connections; a password changed in the
+//! URL is refused by key path (the connections keep theirs) and never shown.
 
 mod common;
 
@@ -145,4 +146,59 @@ async fn gates_come_and_go_by_reload_and_a_kept_gate_keeps_its_events() {
         .await
         .expect("evaluate");
     assert_eq!(r.status().as_u16(), 200);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_password_changed_in_the_url_is_refused_by_key_path_and_never_shown() {
+    const OLD: &str = "old-pass-1f9c";
+    const NEW: &str = "new-pass-7a2e";
+    let server = RedisServer::start();
+    let mut cmd = redis::cmd("ACL");
+    cmd.arg("SETUSER")
+        .arg("limiter")
+        .arg("reset")
+        .arg("on")
+        .arg(format!(">{OLD}"))
+        .arg("~*")
+        .arg("&*")
+        .arg("+@all");
+    let _: () = cmd.query(&mut server.connection()).expect("ACL SETUSER");
+    let url = |password: &str| format!("redis://limiter:{password}@127.0.0.1:{}/0", server.port());
+    let app = App::start(&config(&url(OLD), ""), &[]);
+    let client = reqwest::Client::new();
+    let evaluate = async || {
+        client
+            .post(app.url("/v1/evaluate"))
+            .json(&json!({"policy": "api", "subject": "s"}))
+            .send()
+            .await
+            .expect("evaluate")
+            .status()
+            .as_u16()
+    };
+    assert_eq!(evaluate().await, 200);
+
+    // Only the password in the URL changes: a reload cannot apply it (the connections keep
+    // the one they logged in with), so it is refused by key path, not reported as reloaded.
+    let c = reload(
+        &client,
+        &app,
+        &config(&url(NEW), ""),
+        "a refused reload",
+        |c| !c["last_refused_reload"].is_null(),
+    )
+    .await;
+    assert_eq!(c["generation"], 1, "{c}");
+    let problems = c["last_refused_reload"]["problems"].to_string();
+    assert!(problems.contains("rate_limit.redis.url"), "{problems}");
+    assert!(problems.contains("credentials"), "{problems}");
+    let log = app.log();
+    assert!(log.contains("rate_limit.redis.url"), "{log}");
+    for shown in [c.to_string(), log] {
+        assert!(
+            !shown.contains(OLD) && !shown.contains(NEW),
+            "a password shown: {shown}"
+        );
+    }
+    assert_eq!(evaluate().await, 200);
 }

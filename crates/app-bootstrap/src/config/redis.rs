@@ -214,9 +214,28 @@ pub(super) fn read(
     redis
         .filter(|_| c.count() == before)
         .map(|redis| RedisProviderSettings {
+            tls_file_digests: tls_file_digests(&redis),
             redis,
             password_source: source,
         })
+}
+
+/// A digest of each configured TLS file's content (see
+/// [`RedisProviderSettings::tls_file_digests`]); the files were read by the settings' check
+/// just before, so an unreadable one is already reported.
+fn tls_file_digests(redis: &RedisSettings) -> Vec<(&'static str, u64)> {
+    let tls = &redis.tls;
+    [
+        ("tls_ca_file", &tls.ca_file),
+        ("tls_cert_file", &tls.cert_file),
+        ("tls_key_file", &tls.key_file),
+    ]
+    .into_iter()
+    .filter_map(|(key, f)| {
+        let bytes = std::fs::read(f.as_ref()?).ok()?;
+        Some((key, crate::reload::digest(&[&bytes])))
+    })
+    .collect()
 }
 
 /// Where the data nodes' password comes from: `password_file` wins over `password` (as

@@ -190,3 +190,192 @@ fn redis_gates_may_come_and_go_but_a_kept_gate_keeps_its_settings() {
     let e = check(&base, &settings(&changed)).expect_err("a changed gate");
     assert!(e.names("event_gates.orders.duration"), "{e}");
 }
+
+/// A redis configuration whose `[rate_limit.redis]` holds `redis` (the role is added).
+#[cfg(feature = "redis")]
+fn on_redis(redis: &str) -> String {
+    format!(
+        r#"
+[rate_limit]
+enabled = true
+provider = "redis"
+default_policy = "api"
+subject_secret = "a-subject-secret-of-at-least-32-bytes!!"
+
+[rate_limit.redis]
+role = "coordination"
+{redis}
+
+[rate_limit.policies.api]
+algorithm = "fixed_window"
+limit = 5
+window = "1m"
+"#
+    )
+}
+
+/// Asserts that replacing `was` by `now` in `config` is refused by `path` alone, with a
+/// problem that says a restart applies it and shows neither value.
+#[cfg(feature = "redis")]
+fn secret_change_refused(config: &str, was: &str, now: &str, path: &str) {
+    let running = settings(config);
+    let next = settings(&config.replace(was, now));
+    let e = check(&running, &next).expect_err("a changed secret must not be taken");
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].path, path, "{e}");
+    let text = e.to_string();
+    assert!(text.contains("changed") && text.contains("restart"), "{e}");
+    assert!(
+        !text.contains(was) && !text.contains(now),
+        "a secret shown: {e}"
+    );
+    assert_eq!(check(&running, &settings(config)), Ok(()), "unchanged");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_url_differing_only_in_its_password_is_refused_by_key_path_without_showing_it() {
+    let config = on_redis("url = \"redis://limiter:old-pass-1@127.0.0.1:1/0\"");
+    secret_change_refused(&config, "old-pass-1", "new-pass-2", "rate_limit.redis.url");
+    // A password with no user name is the same.
+    let config = on_redis("url = \"redis://:old-pass-1@127.0.0.1:1/0\"");
+    secret_change_refused(&config, "old-pass-1", "new-pass-2", "rate_limit.redis.url");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_sentinel_url_differing_only_in_its_password_is_refused_by_key_path() {
+    let config = on_redis(
+        "topology = \"sentinel\"\nmaster_name = \"m\"\nsentinels = [\"redis://127.0.0.1:26379\", \"redis://:old-pass-1@127.0.0.1:26380\"]",
+    );
+    secret_change_refused(
+        &config,
+        "old-pass-1",
+        "new-pass-2",
+        "rate_limit.redis.sentinels",
+    );
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_cluster_node_url_differing_only_in_its_password_is_refused_by_key_path() {
+    let config =
+        on_redis("topology = \"cluster\"\nnodes = [\"redis://limiter:old-pass-1@127.0.0.1:7000\"]");
+    secret_change_refused(
+        &config,
+        "old-pass-1",
+        "new-pass-2",
+        "rate_limit.redis.nodes",
+    );
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_changed_password_key_is_refused_by_key_path() {
+    let config = on_redis(
+        "url = \"redis://127.0.0.1:1/0\"\nusername = \"limiter\"\npassword = \"old-pass-1\"",
+    );
+    secret_change_refused(
+        &config,
+        "old-pass-1",
+        "new-pass-2",
+        "rate_limit.redis.password",
+    );
+}
+
+/// A fresh directory for one test's files.
+#[cfg(feature = "redis")]
+fn scratch(name: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(format!("rl-reload-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("a scratch directory");
+    dir
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_password_file_with_new_content_under_the_same_path_is_refused_by_key_path() {
+    let dir = scratch("password-file");
+    let file = dir.join("redis-password");
+    std::fs::write(&file, "old-pass-1\n").expect("write the password file");
+    let config = on_redis(&format!(
+        "url = \"redis://127.0.0.1:1/0\"\nusername = \"limiter\"\npassword_file = \"{}\"",
+        file.display()
+    ));
+    let running = settings(&config);
+    std::fs::write(&file, "new-pass-2\n").expect("rotate the password file");
+    let e = check(&running, &settings(&config)).expect_err("a rotated password file");
+    assert_eq!(e.0.len(), 1, "{e}");
+    assert_eq!(e.0[0].path, "rate_limit.redis.password_file", "{e}");
+    let text = e.to_string();
+    assert!(
+        !text.contains("old-pass-1") && !text.contains("new-pass-2"),
+        "{e}"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn a_changed_subject_secret_is_refused_without_showing_it() {
+    let config = on_redis("url = \"redis://127.0.0.1:1/0\"");
+    secret_change_refused(
+        &config,
+        "a-subject-secret-of-at-least-32-bytes!!",
+        "another-subject-secret-of-32-bytes-or-more",
+        "rate_limit.subject_secret",
+    );
+}
+
+/// Writes a fresh self-signed certificate and its key to `dir/ca.crt` and `dir/client.key`
+/// (and the certificate again as `client.crt`), replacing what was there.
+#[cfg(feature = "redis")]
+fn new_certificate(dir: &std::path::Path) {
+    let status = std::process::Command::new("openssl")
+        .args([
+            "req",
+            "-x509",
+            "-new",
+            "-nodes",
+            "-newkey",
+            "rsa:2048",
+            "-days",
+            "2",
+            "-subj",
+            "/CN=reload-test",
+            "-keyout",
+            "client.key",
+            "-out",
+            "ca.crt",
+        ])
+        .current_dir(dir)
+        .stderr(std::process::Stdio::null())
+        .status()
+        .expect("openssl runs");
+    assert!(status.success(), "openssl made a certificate");
+    std::fs::copy(dir.join("ca.crt"), dir.join("client.crt")).expect("copy the certificate");
+}
+
+#[cfg(feature = "redis")]
+#[test]
+fn tls_files_with_new_content_under_the_same_paths_are_refused_by_key_path() {
+    let dir = scratch("tls");
+    new_certificate(&dir);
+    let p = |f: &str| dir.join(f).display().to_string();
+    let config = on_redis(&format!(
+        "url = \"rediss://127.0.0.1:1/0\"\ntls_ca_file = \"{}\"\ntls_cert_file = \"{}\"\ntls_key_file = \"{}\"",
+        p("ca.crt"),
+        p("client.crt"),
+        p("client.key")
+    ));
+    let running = settings(&config);
+    assert_eq!(check(&running, &settings(&config)), Ok(()));
+    new_certificate(&dir);
+    let e = check(&running, &settings(&config)).expect_err("new TLS material");
+    for key in ["tls_ca_file", "tls_cert_file", "tls_key_file"] {
+        assert!(e.names(&format!("rate_limit.redis.{key}")), "{key}: {e}");
+    }
+    assert_eq!(e.0.len(), 3, "{e}");
+    assert!(!e.to_string().contains("PRIVATE KEY"), "{e}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
