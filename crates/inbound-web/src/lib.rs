@@ -11,6 +11,7 @@
 //! | --- | --- |
 //! | [`api`] | `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics` |
 //! | [`leases`] | `POST /v1/leases`, `DELETE /v1/leases/{lease_id}`: concurrency leases |
+//! | `body` | request bodies are JSON objects: one reader that refuses arrays for every body |
 //! | [`evaluate_list`] | the list form of `/v1/evaluate`: several limits as one, all-or-nothing |
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
@@ -28,6 +29,7 @@
 
 pub mod api;
 pub mod app;
+mod body;
 pub mod evaluate_list;
 pub mod gate_metrics;
 pub mod gates;
