@@ -18,7 +18,7 @@
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
 //! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
 //! | [`reload`] | configuration reload on `SIGHUP` and file change; `GET /v1/config` |
-//! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
+//! | [`hygiene`] | the outermost layer: request-head bounds, the body limit and timeout on every route, framework errors as problem+json |
 //! | [`telemetry`] | `[otlp]`: OpenTelemetry trace export, the server span, the caller's `traceparent` |
 //!
 //! ## Features

@@ -29,7 +29,7 @@ use std::time::{Duration, Instant};
 use crate::reload::CurrentRouter;
 use app_bootstrap::HttpSettings;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -192,7 +192,7 @@ async fn connection(
     });
     // Wrapped once per connection, not per request: a `Router::layer` would box and clone
     // each route's service on every request.
-    let app = HygieneLayer.layer(DefaultBodyLimit::max(limits.max_body_bytes).layer(router));
+    let app = HygieneLayer::new(limits.max_body_bytes, limits.header_read_timeout).layer(router);
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         // The router boxes the body the same way on its own; done here once instead.
