@@ -83,8 +83,9 @@ struct EvaluateBody<'a> {
     cost: Option<i64>,
     #[serde(borrow, default)]
     evaluation_id: Option<Text<'a>>,
+    /// Each entry an object too ([`crate::body::Object`]).
     #[serde(borrow, default)]
-    requests: Option<Vec<crate::evaluate_list::Entry<'a>>>,
+    requests: Option<Vec<crate::body::Object<crate::evaluate_list::Entry<'a>>>>,
 }
 
 /// A JSON string borrowed from the body when it has no escapes, copied otherwise.
@@ -141,7 +142,7 @@ pub async fn evaluate(State(state): State<Arc<ApiState>>, body: Bytes) -> Respon
             r#"{"error":"rate_limit_disabled"}"#.to_owned(),
         );
     };
-    let parsed: EvaluateBody<'_> = match serde_json::from_slice(&body) {
+    let parsed: EvaluateBody<'_> = match crate::body::parse(&body) {
         Ok(b) => b,
         Err(e) => return problem::bad_request("malformed_json", &format!("malformed JSON: {e}")),
     };

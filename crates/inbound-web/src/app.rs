@@ -5,10 +5,11 @@
 //!
 //! Every error the app answers is `application/problem+json` (RFC 9457): the handlers' own,
 //! and those the framework would write otherwise, which [`Hygiene`](crate::hygiene::Hygiene)
-//! rewrites: 405 (empty in axum; `Allow` kept), extractor rejections such as 413 for a body
-//! over `http.max_body_bytes` or 400 for a path parameter that is not UTF-8 (text/plain in
-//! axum). The same layer bounds the request head, before routing and before the rate
-//! limiter: a request target over
+//! rewrites: 405 (empty in axum; `Allow` kept), extractor rejections such as 400 for a path
+//! parameter that is not UTF-8 (text/plain in axum). The same layer bounds the request body on
+//! every route (413 over `http.max_body_bytes`, 408 for a body that stalls; see
+//! [`crate::hygiene`]) and the request head, before routing and before the rate limiter: a
+//! request target over
 //! [`MAX_URI_BYTES`](crate::hygiene::MAX_URI_BYTES) is 414, a header section over
 //! [`MAX_HEADER_BYTES`](crate::hygiene::MAX_HEADER_BYTES) is 431, both problem+json and
 //! charged nothing.

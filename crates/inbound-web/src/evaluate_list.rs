@@ -26,6 +26,7 @@ use shared_contract::{EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, Rat
 use crate::api::{
     ApiState, Text, decision_json, json, outcome_body, request_error, respond, shadow_json,
 };
+use crate::body::Object;
 
 /// One entry of `requests`: the single form's fields.
 #[derive(Deserialize)]
@@ -42,7 +43,7 @@ pub(crate) struct Entry<'a> {
 pub(crate) async fn evaluate(
     state: &ApiState,
     limiter: &Limiter,
-    entries: &[Entry<'_>],
+    entries: &[Object<Entry<'_>>],
     evaluation_id: Option<EvaluationId>,
 ) -> Response {
     if entries.is_empty() {

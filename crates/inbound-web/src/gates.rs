@@ -204,7 +204,7 @@ async fn submit(
         Ok(v) => v,
         Err(r) => return *r,
     };
-    let parsed: SubmitBody = match serde_json::from_slice(&body) {
+    let parsed: SubmitBody = match crate::body::parse(&body) {
         Ok(b) => b,
         Err(e) => {
             return problem::bad_request(

@@ -32,7 +32,7 @@ pub async fn acquire(State(state): State<Arc<ApiState>>, body: Bytes) -> Respons
     let Some(limiter) = state.limiter() else {
         return disabled();
     };
-    let parsed: AcquireBody<'_> = match serde_json::from_slice(&body) {
+    let parsed: AcquireBody<'_> = match crate::body::parse(&body) {
         Ok(b) => b,
         Err(e) => return problem::bad_request("malformed_json", &format!("malformed JSON: {e}")),
     };

@@ -11,13 +11,14 @@
 //! | --- | --- |
 //! | [`api`] | `POST /v1/evaluate`, `/healthz`, `/readyz`, `/metrics` |
 //! | [`leases`] | `POST /v1/leases`, `DELETE /v1/leases/{lease_id}`: concurrency leases |
+//! | `body` | request bodies are JSON objects: one reader that refuses arrays for every body |
 //! | [`evaluate_list`] | the list form of `/v1/evaluate`: several limits as one, all-or-nothing |
 //! | [`gates`] | the event-gate routes: submit, event, snapshot |
 //! | [`stream`] | the gate WebSocket stream: snapshot plus deltas, slow subscribers closed |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
 //! | [`openapi`] | `GET /openapi.json`: the OpenAPI 3.1 document of every route, checked against the router by a test |
 //! | [`reload`] | configuration reload on `SIGHUP` and file change; `GET /v1/config` |
-//! | [`hygiene`] | the outermost layer: request-head bounds, framework errors as problem+json |
+//! | [`hygiene`] | the outermost layer: request-head bounds, the body limit and timeout on every route, framework errors as problem+json |
 //! | [`telemetry`] | `[otlp]`: OpenTelemetry trace export, the server span, the caller's `traceparent` |
 //!
 //! ## Features
@@ -28,6 +29,7 @@
 
 pub mod api;
 pub mod app;
+mod body;
 pub mod evaluate_list;
 pub mod gate_metrics;
 pub mod gates;

@@ -18,7 +18,8 @@
 //!   count of failures since the last line.
 //!
 //! The accept loop and the timers are `inbound-listener`'s, shared with the gRPC listener;
-//! this module is the HTTP/1 part (hyper's connection, the router, the body limit).
+//! this module is the HTTP/1 part (hyper's connection, the router, the hygiene layer with the
+//! body limit).
 //!
 //! WebSocket upgrades work as with `axum::serve`: an upgraded connection leaves the
 //! listener (and its cap and timers) once the upgrade is done. On shutdown the loop stops
@@ -32,7 +33,7 @@ use std::time::Duration;
 use crate::reload::CurrentRouter;
 use app_bootstrap::HttpSettings;
 use axum::body::Body;
-use axum::extract::{ConnectInfo, DefaultBodyLimit};
+use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
@@ -42,8 +43,8 @@ use tower::{Layer as _, Service as _};
 
 use crate::hygiene::HygieneLayer;
 
-/// The listener limits of `[http]` (timeouts and the connection cap; the body limit is the
-/// router's, applied by [`crate::app::serve`]).
+/// The listener limits of `[http]`: timeouts, the connection cap, and the body limit that
+/// [`HygieneLayer`] applies to every route.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub header_read_timeout: Duration,
@@ -101,7 +102,7 @@ async fn connection(
     let io = TokioIo::new(Tracked::new(stream, activity.clone()));
     // Wrapped once per connection, not per request: a `Router::layer` would box and clone
     // each route's service on every request.
-    let app = HygieneLayer.layer(DefaultBodyLimit::max(limits.max_body_bytes).layer(router));
+    let app = HygieneLayer::new(limits.max_body_bytes, limits.header_read_timeout).layer(router);
     let service = hyper::service::service_fn(move |mut req: hyper::Request<Incoming>| {
         req.extensions_mut().insert(ConnectInfo(peer));
         // The router boxes the body the same way on its own; done here once instead.

@@ -45,6 +45,11 @@ impl CurrentRouter {
         Self(Arc::new(ArcSwap::from_pointee(router)))
     }
 
+    /// The router in force now.
+    pub fn in_force(&self) -> Router {
+        Router::clone(&self.0.load())
+    }
+
     /// Puts `router` in force for the requests that start from now on.
     pub fn replace(&self, router: Router) {
         self.0.store(Arc::new(router));

@@ -224,3 +224,28 @@ async fn bad_lists_are_400_naming_the_entry_and_charge_nothing() {
     );
     assert_eq!(remaining_after_one(&app, "tenant", "t").await, 0);
 }
+
+#[tokio::test]
+async fn a_list_entry_that_is_an_array_is_malformed_json_and_charges_nothing() {
+    let app = app().await;
+    for body in [
+        json!({"requests": [["user", "u-1", 2]]}),
+        json!({"requests": [{"policy": "tenant", "subject": "t"}, ["user", "u-1"]]}),
+        json!([["user", "u-1", 1]]),
+    ] {
+        let (status, _, ct, v) = post(&app, &body).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{body}: {v}");
+        assert_eq!(ct, "application/problem+json");
+        assert_eq!(v["error"], "malformed_json", "{body}: {v}");
+    }
+    assert_eq!(
+        remaining_after_one(&app, "user", "u-1").await,
+        4,
+        "nothing was charged"
+    );
+    assert_eq!(
+        remaining_after_one(&app, "tenant", "t").await,
+        0,
+        "the tenant's one place was still free"
+    );
+}

@@ -220,6 +220,29 @@ async fn gate_routes_answer_duplicates_unknown_gates_bad_input_and_server_ids() 
     assert!(app.terminate().success());
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_gate_event_that_is_an_array_is_malformed_body_and_submits_nothing() {
+    let mut app = App::start(GATES, &[]);
+    let client = reqwest::Client::new();
+    // serde would read `["k","a-1"]` as key and id by position.
+    for body in [json!(["k", "a-1"]), json!(["k"]), json!([])] {
+        let (code, p) = submit(&client, &app, "slow", body.clone()).await;
+        assert_eq!(code, 400, "{body}: {p}");
+        assert_eq!(p["error"], "malformed_body", "{body}: {p}");
+    }
+    let (code, _, _) = get(&client, &app, "/v1/gates/slow/events/a-1").await;
+    assert_eq!(code, 404, "the gate holds no event a-1");
+    let (_, _, snap) = get(&client, &app, "/v1/gates/slow/snapshot").await;
+    assert_eq!(
+        snap["incubating"].as_array().map(Vec::len),
+        Some(0),
+        "{snap}"
+    );
+    let (code, first) = submit(&client, &app, "slow", json!({"key": "k", "id": "a-1"})).await;
+    assert_eq!(code, 202, "a first submission, not a duplicate: {first}");
+    assert!(app.terminate().success());
+}
+
 #[test]
 fn no_gate_configured_means_every_gate_route_is_404_and_bad_gates_are_refused_by_key_path() {
     let app = App::start("", &[]);

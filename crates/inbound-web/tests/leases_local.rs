@@ -92,3 +92,25 @@ async fn a_lease_released_after_its_expiry_is_answered_gone_and_frees_nothing() 
     );
     assert!(third.headers().contains_key("retry-after"));
 }
+
+#[tokio::test]
+async fn a_lease_body_that_is_an_array_is_malformed_json_and_holds_nothing() {
+    let app = App::start(CONFIG, &[]);
+    let c = reqwest::Client::new();
+    let acquire = |body: &'static str| c.post(app.url("/v1/leases")).body(body).send();
+    for body in [r#"["jobs","w-3"]"#, "[]"] {
+        let r = acquire(body).await.expect("an answer");
+        assert_eq!(r.status(), 400, "{body}");
+        assert_eq!(
+            r.headers().get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/problem+json"[..])
+        );
+        let v: serde_json::Value = r.json().await.expect("JSON");
+        assert_eq!(v["error"], "malformed_json", "{body}: {v}");
+    }
+    // The policy's one place is still free.
+    let r = acquire(r#"{"policy":"jobs","subject":"w-3"}"#)
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 201, "no lease was held by the arrays");
+}

@@ -1,6 +1,7 @@
 //! End-to-end tests of the listener's `[http]` limits against the real binary: slowloris
 //! connections under a lowered descriptor limit, the idle keep-alive timeout, the body limit
-//! (413 problem+json) and `max_connections`. Everything on 127.0.0.1, bounded in count and
+//! (413 problem+json, on every route: a limited route's quota is untouched) and its time
+//! bound (408), and `max_connections`. Everything on 127.0.0.1, bounded in count and
 //! time.
 
 mod common;
@@ -383,4 +384,148 @@ policy = "api"
     assert!(log.contains("serving fewer connections"), "{log}");
     assert!(log.contains("grpc.max_connections reached"), "{log}");
     assert!(log.contains("http.max_connections reached"), "{log}");
+}
+
+/// A limited route (`/api`, 2 requests per hour per `x-api-key`) and a small body limit.
+const LIMITED: &str = r#"
+[http]
+max_body_bytes = 1000
+header_read_timeout = "1s"
+
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "api"
+
+[rate_limit.policies.api]
+algorithm = "fixed_window"
+limit = 2
+window = "1h"
+
+[[routes]]
+path_prefix = "/api"
+policy = "api"
+subject = "header:x-api-key"
+"#;
+
+/// The status of a response's head, `0` for none.
+fn status_of(head: &str) -> u16 {
+    head.split(' ')
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Asserts that `key` still has its whole quota of 2 on `/api`: two requests pass, the
+/// third is denied.
+async fn quota_untouched(app: &App, key: &str) {
+    let client = reqwest::Client::new();
+    for expected in [200, 200, 429] {
+        let r = client
+            .get(app.url("/api/x"))
+            .header("x-api-key", key)
+            .send()
+            .await
+            .expect("send");
+        assert_eq!(r.status().as_u16(), expected, "quota of {key}");
+    }
+}
+
+#[tokio::test]
+async fn a_body_over_max_body_bytes_on_a_limited_route_is_413_and_charges_nothing() {
+    let app = App::start(LIMITED, &[]);
+    let client = reqwest::Client::new();
+    // 10 MB with its Content-Length: refused from the head, before the rate limiter.
+    let r = client
+        .post(app.url("/api/x"))
+        .header("x-api-key", "big")
+        .body(vec![b'a'; 10 * 1024 * 1024])
+        .send()
+        .await;
+    // The server may close the connection while the client still sends; an answer, when the
+    // client read one, is the 413.
+    if let Ok(r) = r {
+        assert_eq!(r.status().as_u16(), 413);
+        assert_eq!(
+            r.headers().get("content-type").map(|v| v.as_bytes()),
+            Some(&b"application/problem+json"[..])
+        );
+        let v: serde_json::Value = r.json().await.expect("problem+json");
+        assert_eq!(v["error"], "content_too_large", "{v}");
+    }
+    quota_untouched(&app, "big").await;
+
+    // Chunked, no Content-Length: 1,500 bytes in three chunks, over the limit of 1,000 only
+    // once read. Never a 200: 413, or the connection closed.
+    let mut s = connect(&app).await;
+    s.write_all(
+        b"POST /api/x HTTP/1.1\r\nHost: t\r\nx-api-key: chunked\r\n\
+          Transfer-Encoding: chunked\r\n\r\n",
+    )
+    .await
+    .expect("write head");
+    for _ in 0..3 {
+        let chunk = format!("1f4\r\n{}\r\n", "b".repeat(500));
+        if s.write_all(chunk.as_bytes()).await.is_err() {
+            break;
+        }
+    }
+    let _ = s.write_all(b"0\r\n\r\n").await;
+    if let Some(head) = response(&mut s, Duration::from_secs(2)).await {
+        assert_eq!(status_of(&head), 413, "{head}");
+    }
+    quota_untouched(&app, "chunked").await;
+}
+
+#[tokio::test]
+async fn a_content_length_of_10_gb_with_one_byte_sent_is_413_at_once() {
+    let app = App::start(LIMITED, &[]);
+    for (path, key) in [("/api/x", "huge"), ("/v1/evaluate", "-")] {
+        let mut s = connect(&app).await;
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: t\r\nx-api-key: {key}\r\n\
+             Content-Type: application/json\r\nContent-Length: 10000000000\r\n\r\n{{"
+        );
+        s.write_all(head.as_bytes()).await.expect("write");
+        let start = Instant::now();
+        let answer = response(&mut s, Duration::from_secs(1)).await;
+        let head = answer.unwrap_or_else(|| panic!("{path}: no answer within 1 s"));
+        assert_eq!(status_of(&head), 413, "{path}: {head}");
+        assert!(head.contains("application/problem+json"), "{path}: {head}");
+        assert!(start.elapsed() < Duration::from_secs(1));
+    }
+    quota_untouched(&app, "huge").await;
+}
+
+#[tokio::test]
+async fn a_body_that_stalls_is_answered_408_after_header_read_timeout_and_charges_nothing() {
+    // `header_read_timeout` is 1 s: the body must be complete 1 s after the head.
+    let app = App::start(LIMITED, &[]);
+    let stalled = [
+        ("/api/x", "Content-Length: 100\r\n\r\n0123456789".to_owned()),
+        (
+            "/api/x",
+            "Transfer-Encoding: chunked\r\n\r\na\r\n0123456789\r\n".to_owned(),
+        ),
+        (
+            "/v1/evaluate",
+            r#"Content-Length: 100\r\n\r\n{"policy":"api","#.replace("\\r\\n", "\r\n"),
+        ),
+    ];
+    for (path, rest) in stalled {
+        let mut s = connect(&app).await;
+        let request = format!("POST {path} HTTP/1.1\r\nHost: t\r\nx-api-key: slow\r\n{rest}");
+        s.write_all(request.as_bytes()).await.expect("write");
+        let start = Instant::now();
+        let head = response(&mut s, Duration::from_secs(3))
+            .await
+            .unwrap_or_else(|| panic!("{path} {rest:?}: no answer within 3 s"));
+        assert_eq!(status_of(&head), 408, "{path} {rest:?}: {head}");
+        assert!(
+            start.elapsed() >= Duration::from_millis(900),
+            "{path}: answered before the bound: {:?}",
+            start.elapsed()
+        );
+    }
+    quota_untouched(&app, "slow").await;
 }

@@ -448,3 +448,20 @@ async fn evaluation_spans_never_carry_the_raw_subject() {
         "the raw subject leaked into the log:\n{log}"
     );
 }
+
+#[tokio::test]
+async fn an_evaluate_body_that_is_an_array_is_malformed_json_and_charges_nothing() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    // serde would read a struct from an array by position: `["api","s",2]` as policy, subject
+    // and cost. The documented body is an object.
+    for body in [r#"["api","s",2]"#, r#"["api","s"]"#, "[]", r#""api""#, "7"] {
+        let (status, _, v) = evaluate(&c, &app, body).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["error"], "malformed_json", "{body}: {v}");
+    }
+    // The whole quota of 3 is still there: one charge leaves 2.
+    let (status, _, v) = evaluate(&c, &app, r#"{"policy":"api","subject":"s"}"#).await;
+    assert_eq!(status, 200, "{v}");
+    assert_eq!(v["remaining"], 2, "nothing was charged before: {v}");
+}

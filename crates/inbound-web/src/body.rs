@@ -1,0 +1,108 @@
+//! Request bodies are JSON objects: [`Object`] and [`parse`], the one place that says so.
+//!
+//! A struct derived with `serde` also deserialises from a JSON array, by position
+//! (`["keep","s",1]` is `{"policy":"keep","subject":"s","cost":1}`), which the documented
+//! bodies do not allow. Every body of the API (`/v1/evaluate` and each entry of its list form,
+//! `POST /v1/leases`, the gate submit) is read through [`Object`], which accepts a map only: an
+//! array, or any other value that is not an object, is refused with serde's "invalid type"
+//! error, which the handler answers as its documented 400 (`malformed_json`,
+//! `malformed_body`) before anything is charged, held or submitted.
+
+use std::fmt;
+use std::marker::PhantomData;
+use std::ops::Deref;
+
+use serde::de::value::MapAccessDeserializer;
+use serde::de::{MapAccess, Visitor};
+use serde::{Deserialize, Deserializer};
+
+/// A `T` read from a JSON object only (see the module docs). Borrowing is kept: `T`'s fields
+/// are read from the same deserializer, so a `&'de str` field still borrows from the body.
+pub(crate) struct Object<T>(pub(crate) T);
+
+impl<T> Deref for Object<T> {
+    type Target = T;
+
+    fn deref(&self) -> &T {
+        &self.0
+    }
+}
+
+impl<'de, T: Deserialize<'de>> Deserialize<'de> for Object<T> {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        struct OnlyMap<T>(PhantomData<T>);
+        impl<'de, T: Deserialize<'de>> Visitor<'de> for OnlyMap<T> {
+            type Value = T;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a JSON object")
+            }
+            fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<T, A::Error> {
+                T::deserialize(MapAccessDeserializer::new(map))
+            }
+        }
+        deserializer
+            .deserialize_map(OnlyMap(PhantomData))
+            .map(Object)
+    }
+}
+
+/// `body` as a `T` when it is a JSON object of `T`'s fields.
+///
+/// # Errors
+/// serde_json's error for a body that is not JSON, not an object, or not `T`.
+pub(crate) fn parse<'de, T: Deserialize<'de>>(body: &'de [u8]) -> serde_json::Result<T> {
+    serde_json::from_slice::<Object<T>>(body).map(|o| o.0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug, Deserialize, PartialEq)]
+    #[serde(deny_unknown_fields)]
+    struct Pair<'a> {
+        key: &'a str,
+        #[serde(default)]
+        id: Option<String>,
+    }
+
+    #[test]
+    fn an_object_is_read_and_keeps_borrowing() {
+        let body = br#"{"id":"e-1","key":"k"}"#;
+        let p: Pair<'_> = parse(body).expect("an object");
+        assert_eq!(
+            p,
+            Pair {
+                key: "k",
+                id: Some("e-1".into())
+            }
+        );
+    }
+
+    #[test]
+    fn a_sequence_or_any_other_value_is_refused() {
+        // A derived struct alone reads the array by position.
+        assert!(serde_json::from_str::<Pair<'_>>(r#"["k","id"]"#).is_ok());
+        for body in [r#"["k","id"]"#, "[]", r#""k""#, "1", "null", "true"] {
+            let e = parse::<Pair<'_>>(body.as_bytes()).expect_err(body);
+            assert!(
+                e.to_string().contains("expected a JSON object"),
+                "{body}: {e}"
+            );
+        }
+        // Unknown members are still refused inside the object.
+        assert!(parse::<Pair<'_>>(br#"{"key":"k","x":1}"#).is_err());
+    }
+
+    #[test]
+    fn nested_objects_refuse_sequences_too() {
+        #[derive(Deserialize)]
+        struct List<'a> {
+            #[serde(borrow)]
+            items: Vec<Object<Pair<'a>>>,
+        }
+        let ok: List<'_> = parse(br#"{"items":[{"key":"a"},{"key":"b"}]}"#).expect("objects");
+        assert_eq!(ok.items[1].key, "b");
+        assert!(parse::<List<'_>>(br#"{"items":[["a"]]}"#).is_err());
+    }
+}
