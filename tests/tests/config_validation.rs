@@ -218,6 +218,89 @@ fn missing_parameter_is_named() {
     problem_at(&e, "rate_limit.policies.api.period");
 }
 
+/// Every count of a policy (and a route's cost) below its minimum of 1 is refused with one
+/// message, whether the number is 0 or negative: a negative one used to be refused by the
+/// integer reader ("must be >= 0") and 0 by the policy's check ("must be >= 1").
+#[test]
+fn zero_and_negative_counts_get_one_message_naming_the_bound() {
+    let cases: &[(&str, &str)] = &[
+        (
+            "algorithm = \"fixed_window\"\nlimit = N\nwindow = \"1s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"sliding_window\"\nlimit = N\nwindow = \"1s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"sliding_log\"\nlimit = N\nwindow = \"1s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"concurrency\"\nlimit = N\nlease_ttl = \"1s\"",
+            "limit",
+        ),
+        (
+            "algorithm = \"token_bucket\"\ncapacity = N\nrefill_amount = 1\nrefill_interval = \"1s\"",
+            "capacity",
+        ),
+        (
+            "algorithm = \"token_bucket\"\ncapacity = 5\nrefill_amount = N\nrefill_interval = \"1s\"",
+            "refill_amount",
+        ),
+        (
+            "algorithm = \"gcra\"\nlimit = N\nperiod = \"1s\"\nburst = 1",
+            "limit",
+        ),
+        (
+            "algorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = N",
+            "burst",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\nmax_cost = N",
+            "max_cost",
+        ),
+        (
+            "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\nrevision = N",
+            "revision",
+        ),
+    ];
+    let problem = |policy: &str, key: &str, n: &str| {
+        let path = format!("rate_limit.policies.api.{key}");
+        let e = errors(&redis_config(
+            &secret_line(),
+            GOOD_REDIS,
+            &policy.replace('N', n),
+        ));
+        problem_at(&e, &path)
+    };
+    for &(policy, key) in cases {
+        let zero = problem(policy, key, "0");
+        let negative = problem(policy, key, "-3");
+        assert!(zero.ends_with(", got 0"), "{key} = 0: {zero}");
+        assert_eq!(
+            negative,
+            zero.replace(", got 0", ", got -3"),
+            "{key} = -3 vs {key} = 0"
+        );
+        assert!(negative.contains("1"), "{key}: the bound is 1: {negative}");
+    }
+    let route = |n: &str| {
+        let policy = "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\nmax_cost = 5";
+        let file = format!(
+            "{}\n[[routes]]\npath_prefix = \"/a\"\npolicy = \"api\"\nsubject = \"ip\"\ncost = {n}\n",
+            redis_config(&secret_line(), GOOD_REDIS, policy)
+        );
+        problem_at(&errors(&file), "routes[0].cost")
+    };
+    let (zero, negative) = (route("0"), route("-3"));
+    assert_eq!(
+        negative,
+        zero.replace(", got 0", ", got -3"),
+        "routes[0].cost"
+    );
+}
+
 #[test]
 fn max_cost_above_the_limit_is_named() {
     let e = errors(&redis_config(

@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use figment::value::{Dict, Value};
 use shared_contract::{
-    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet,
-    PolicySpec, RateLimitPolicy,
+    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyId, PolicyRevision,
+    PolicySet, PolicySpec, RateLimitPolicy,
 };
 
 use super::reader::{Check, Toml, join};
@@ -138,7 +138,7 @@ fn read_policy(
     let at = |key: &str| join(path, key);
     let revision = read_revision(c, &at("revision"), d.get("revision"));
     let kind = read_kind(c, &at("algorithm"), d.get("algorithm"));
-    let max_cost = c.whole(&at("max_cost"), d.get("max_cost"));
+    let max_cost = c.whole_at_least(&at("max_cost"), d.get("max_cost"), MIN_COUNT);
     let grace = c.duration(&at("cleanup_grace"), d.get("cleanup_grace"));
     let regression = c.duration(&at("max_clock_regression"), d.get("max_clock_regression"));
     // The policy's own failure policy overrides `rate_limit.failure_policy`.
@@ -184,18 +184,24 @@ pub(super) fn check_failure_policy(c: &mut Check, path: &str, f: FailurePolicy) 
 }
 
 /// `revision`: 1 when absent, and when unreadable (reported) so that the other fields are
-/// still checked.
+/// still checked. Its bounds are worded as the contract words a policy's other counts.
 fn read_revision(c: &mut Check, path: &str, v: Option<&Value>) -> Option<PolicyRevision> {
-    let Some(r) = c.whole::<u64>(path, v) else {
+    let Some(r) = c.whole_at_least::<u64>(path, v, MIN_COUNT) else {
         return PolicyRevision::new(1).ok();
     };
-    let revision = u32::try_from(r)
-        .ok()
-        .and_then(|r| PolicyRevision::new(r).ok());
-    if revision.is_none() {
-        c.push(path, format!("must be between 1 and {}, got {r}", u32::MAX));
+    match u32::try_from(r) {
+        Ok(r) => {
+            let revision = PolicyRevision::new(r).ok();
+            if revision.is_none() {
+                c.push(path, format!("must be >= {MIN_COUNT}, got {r}"));
+            }
+            revision
+        }
+        Err(_) => {
+            c.push(path, format!("must be <= {}, got {r}", u32::MAX));
+            None
+        }
     }
-    revision
 }
 
 fn read_kind(c: &mut Check, path: &str, v: Option<&Value>) -> Option<AlgorithmKind> {
@@ -228,7 +234,7 @@ fn read_algorithm(
     let num = |c: &mut Check, key: &str| {
         let p = join(path, key);
         let v = c.required(&p, d.get(key), &required)?;
-        c.whole::<u64>(&p, Some(v))
+        c.whole_at_least::<u64>(&p, Some(v), MIN_COUNT)
     };
     let dur = |c: &mut Check, key: &str| {
         let p = join(path, key);

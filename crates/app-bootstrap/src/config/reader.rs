@@ -155,7 +155,20 @@ impl Check {
     /// A whole number that fits `T` (`u32`, `u64`, `usize`); a larger one is refused here,
     /// with `T`'s bound, since no field could hold it.
     pub(crate) fn whole<T: Whole>(&mut self, path: &str, v: Option<&Value>) -> Option<T> {
-        let n = self.u64(path, v)?;
+        self.whole_at_least(path, v, 0)
+    }
+
+    /// [`Self::whole`] for a key whose owner refuses values below `min` (a policy's counts,
+    /// [`shared_contract::MIN_COUNT`]): a negative number is refused here with that bound,
+    /// in the owner's words ("must be >= 1, got -3"), so that it reads as the owner's
+    /// problem for 0 does. A number in `0..min` is left to the owner's check.
+    pub(crate) fn whole_at_least<T: Whole>(
+        &mut self,
+        path: &str,
+        v: Option<&Value>,
+        min: u64,
+    ) -> Option<T> {
+        let n = self.u64(path, v, min)?;
         match T::try_from(n) {
             Ok(t) => Some(t),
             Err(_) => {
@@ -165,7 +178,7 @@ impl Check {
         }
     }
 
-    fn u64(&mut self, path: &str, v: Option<&Value>) -> Option<u64> {
+    fn u64(&mut self, path: &str, v: Option<&Value>, min: u64) -> Option<u64> {
         match v? {
             // From the environment: digits only, as a TOML integer would be written.
             Value::String(_, t) if !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()) => {
@@ -179,7 +192,7 @@ impl Check {
             }
             Value::Num(_, n) => match integer(n) {
                 Some(i) if i < 0 => {
-                    self.push(path, format!("must be >= 0, got {i}"));
+                    self.push(path, format!("must be >= {min}, got {i}"));
                     None
                 }
                 Some(i) => match u64::try_from(i) {

@@ -8,7 +8,7 @@
 //! here (at `routes`, naming them), rather than answered 500 at run time.
 
 use figment::value::{Dict, Value};
-use shared_contract::{Cost, MAX_LIMITS, PolicyId};
+use shared_contract::{Cost, MAX_LIMITS, MIN_COUNT, PolicyId};
 
 use super::policies;
 use super::rate_limit::RateLimit;
@@ -254,11 +254,15 @@ fn read_cost(
     if let Value::String(..) = v {
         return c.parsed(path, Some(v), CostSource::parse_header);
     }
-    let n = c.whole::<u64>(path, Some(v))?;
+    let n = c.whole_at_least::<u64>(path, Some(v), MIN_COUNT)?;
     let cost = match Cost::new(n) {
         Ok(cost) => cost,
-        Err(_) => {
-            c.push(path, format!("must be at least 1, got {n}"));
+        Err(_) if n < MIN_COUNT => {
+            c.push(path, format!("must be >= {MIN_COUNT}, got {n}"));
+            return None;
+        }
+        Err(e) => {
+            c.push(path, e.to_string());
             return None;
         }
     };

@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use super::{
     AlgorithmKind, AlgorithmSpec, CONCURRENCY_MAX_LIMIT, MAX_DURATION_MS, MAX_LEASE_TTL_MS,
-    PolicyError, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE, in_range, millis,
+    MIN_COUNT, PolicyError, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE, in_range, millis,
 };
 use crate::exact::{self, MAX_SAFE_INTEGER};
 
@@ -249,7 +249,7 @@ impl Algorithm {
                 Algorithm::SlidingLog(SlidingLogParams { limit, window_ms })
             }
             AlgorithmSpec::Concurrency { limit, lease_ttl } => {
-                let limit = in_range(e, "limit", limit, 1, CONCURRENCY_MAX_LIMIT);
+                let limit = in_range(e, "limit", limit, MIN_COUNT, CONCURRENCY_MAX_LIMIT);
                 let ttl = millis(e, "lease_ttl", lease_ttl, 1).and_then(|ms| {
                     if ms > MAX_LEASE_TTL_MS {
                         e.push(PolicyError::new(
@@ -278,7 +278,7 @@ fn limit_and_window(
     max_limit: u64,
     window: Duration,
 ) -> Option<(u64, u64)> {
-    let limit = in_range(e, "limit", limit, 1, max_limit);
+    let limit = in_range(e, "limit", limit, MIN_COUNT, max_limit);
     let window_ms = millis(e, "window", window, 1);
     Some((limit?, window_ms?))
 }
@@ -318,7 +318,7 @@ impl SlidingWindowParams {
     fn validate(e: &mut Vec<PolicyError>, limit: u64, window: Duration) -> Option<Self> {
         // Both `limit` and `window` are multiplied by the weight scale.
         let max = MAX_SAFE_INTEGER / SLIDING_WINDOW_SCALE;
-        let limit = in_range(e, "limit", limit, 1, max);
+        let limit = in_range(e, "limit", limit, MIN_COUNT, max);
         let window_ms = millis(e, "window", window, 1).and_then(|w| {
             if w > max {
                 e.push(PolicyError::new(
@@ -344,8 +344,14 @@ impl TokenBucketParams {
         refill_amount: u64,
         refill_interval: Duration,
     ) -> Option<Self> {
-        let capacity = in_range(e, "capacity", capacity, 1, MAX_SAFE_INTEGER);
-        let amount = in_range(e, "refill_amount", refill_amount, 1, MAX_SAFE_INTEGER);
+        let capacity = in_range(e, "capacity", capacity, MIN_COUNT, MAX_SAFE_INTEGER);
+        let amount = in_range(
+            e,
+            "refill_amount",
+            refill_amount,
+            MIN_COUNT,
+            MAX_SAFE_INTEGER,
+        );
         let interval = millis(e, "refill_interval", refill_interval, 1);
         let (capacity, amount, interval) = (capacity?, amount?, interval?);
         let (units_per_ms, scale) = lowest_terms(amount, interval);
@@ -388,9 +394,9 @@ impl GcraParams {
         period: Duration,
         burst: u64,
     ) -> Option<Self> {
-        let limit = in_range(e, "limit", limit, 1, MAX_SAFE_INTEGER);
+        let limit = in_range(e, "limit", limit, MIN_COUNT, MAX_SAFE_INTEGER);
         let period = millis(e, "period", period, 1);
-        let burst = in_range(e, "burst", burst, 1, MAX_SAFE_INTEGER);
+        let burst = in_range(e, "burst", burst, MIN_COUNT, MAX_SAFE_INTEGER);
         let (limit, period_ms, burst) = (limit?, period?, burst?);
         let (units_per_ms, interval_units) = lowest_terms(limit, period_ms);
         full_units_fit(

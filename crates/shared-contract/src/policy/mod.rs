@@ -36,6 +36,12 @@ pub const CONCURRENCY_MAX_LIMIT: u64 = 1_000_000;
 /// a crashed holder's place stays taken this long at most.
 pub const MAX_LEASE_TTL_MS: u64 = 86_400_000;
 
+/// Smallest value of every count a policy holds (`limit`, `capacity`, `refill_amount`,
+/// `burst`, `max_cost`, `revision`). A configuration layer that reads a negative number for
+/// one of them reports it with this bound, in the words of [`RateLimitPolicy::new`]'s
+/// "must be >= 1, got 0", so that 0 and -3 get one message.
+pub const MIN_COUNT: u64 = 1;
+
 /// A policy parameter that was refused, named by its configuration key.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("{field}: {problem}")]
@@ -282,7 +288,13 @@ impl RateLimitPolicy {
                     AlgorithmKind::Gcra => "burst",
                     _ => "limit",
                 };
-                if a.kind() == AlgorithmKind::Concurrency && spec.max_cost != 1 {
+                if spec.max_cost < MIN_COUNT {
+                    errors.push(PolicyError::new(
+                        "max_cost",
+                        format!("must be >= {MIN_COUNT}, got {}", spec.max_cost),
+                    ));
+                    None
+                } else if a.kind() == AlgorithmKind::Concurrency && spec.max_cost != 1 {
                     errors.push(PolicyError::new(
                         "max_cost",
                         format!(
@@ -291,11 +303,11 @@ impl RateLimitPolicy {
                         ),
                     ));
                     None
-                } else if spec.max_cost == 0 || spec.max_cost > a.limit() {
+                } else if spec.max_cost > a.limit() {
                     errors.push(PolicyError::new(
                         "max_cost",
                         format!(
-                            "must be between 1 and the policy's {field} ({}), got {}",
+                            "must be <= the policy's {field} ({}), got {}",
                             a.limit(),
                             spec.max_cost
                         ),
