@@ -224,8 +224,8 @@ impl Refused {
 
 impl ApiState {
     /// The policy and cost of one evaluation (`at` prefixes every problem's detail: the list
-    /// form's `requests[1]: `), or the 400 that refuses it. `subject` must be present and at
-    /// most [`MAX_SUBJECT_BYTES`] long.
+    /// form's `requests[1]: `), or the 400 that refuses it. `subject` must pass
+    /// [`checked_subject`].
     pub(crate) fn admit(
         &self,
         limiter: &Limiter,
@@ -249,21 +249,7 @@ impl ApiState {
                 }
             },
         };
-        let Some(subject) = subject else {
-            return Err(Refused::new(
-                "missing_subject",
-                &format!("{at}subject is required"),
-            ));
-        };
-        if subject.len() > MAX_SUBJECT_BYTES {
-            return Err(Refused::new(
-                "subject_too_long",
-                &format!(
-                    "{at}subject is {} bytes, at most {MAX_SUBJECT_BYTES} are accepted",
-                    subject.len()
-                ),
-            ));
-        }
+        checked_subject(subject, at)?;
         let policy = limiter.policy(index);
         let policy_id = policy.id();
         let max_cost = policy.max_cost().get();
@@ -285,6 +271,31 @@ impl ApiState {
                 &format!("{at}cost is out of range"),
             )),
         }
+    }
+}
+
+/// A subject of 1..=[`MAX_SUBJECT_BYTES`] bytes, or the 400 that refuses it (`at` prefixes
+/// its detail). An empty subject is no subject (`missing_subject`), the one rule of every
+/// port: gRPC refuses an empty descriptor value, and the middleware reads an empty header as
+/// the absent one.
+pub(crate) fn checked_subject<'s>(subject: Option<&'s str>, at: &str) -> Result<&'s str, Refused> {
+    match subject {
+        None => Err(Refused::new(
+            "missing_subject",
+            &format!("{at}subject is required"),
+        )),
+        Some("") => Err(Refused::new(
+            "missing_subject",
+            &format!("{at}subject must not be empty"),
+        )),
+        Some(s) if s.len() > MAX_SUBJECT_BYTES => Err(Refused::new(
+            "subject_too_long",
+            &format!(
+                "{at}subject is {} bytes, at most {MAX_SUBJECT_BYTES} are accepted",
+                s.len()
+            ),
+        )),
+        Some(s) => Ok(s),
     }
 }
 

@@ -4,7 +4,7 @@
 //! | route | answer |
 //! | --- | --- |
 //! | `POST /v1/leases` `{"policy","subject"}` | 201 `{"lease_id","policy","expires_at_ms","expires_in_ms","lease_ttl_ms","limit","remaining","source","certainty"}`; 429 problem+json `lease_limit_reached` with `Retry-After`; 503 problem+json when the provider could not answer (no lease is held by that answer); 400 for a bad body, an unknown or a rate policy |
-//! | `DELETE /v1/leases/{lease_id}` (`?subject=` optional) | 200 `{"released":true,"outcome":"released"}`; 410 `lease_expired` (it had expired, its place was free already); 404 `lease_not_held` (released before, never acquired, or reclaimed after expiry); 403 `subject_mismatch` when `subject` is given and is not the lease's (nothing is released); 400 `invalid_lease_id` naming the bad part; 503 when the provider could not answer |
+//! | `DELETE /v1/leases/{lease_id}` (`?subject=` optional) | 200 `{"released":true,"outcome":"released"}`; 410 `lease_expired` (it had expired, its place was free already); 404 `lease_not_held` (released before, never acquired, or reclaimed after expiry); 403 `subject_mismatch` when `subject` is given and is not the lease's (nothing is released); 400 `invalid_lease_id` naming the bad part, or `missing_subject` / `subject_too_long` for an empty or long `subject`; 503 when the provider could not answer |
 
 use std::sync::Arc;
 
@@ -13,11 +13,11 @@ use axum::extract::{Path, Query, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::leases::respond::not_acquired;
-use edge_middleware::{MAX_SUBJECT_BYTES, problem};
+use edge_middleware::problem;
 use serde::Deserialize;
 use shared_contract::{AcquireOutcome, LeaseId, ReleaseOutcome};
 
-use crate::api::{ApiState, Text, json, request_error};
+use crate::api::{ApiState, Text, checked_subject, json, request_error};
 
 #[derive(Deserialize)]
 struct AcquireBody<'a> {
@@ -48,9 +48,9 @@ pub async fn acquire(State(state): State<Arc<ApiState>>, body: Bytes) -> Respons
             ),
         );
     };
-    let subject = match checked_subject(parsed.subject.as_ref().map(|t| &*t.0)) {
+    let subject = match checked_subject(parsed.subject.as_ref().map(|t| &*t.0), "") {
         Ok(s) => s,
-        Err((code, detail)) => return problem::bad_request(code, &detail),
+        Err(refused) => return refused.response(),
     };
     let outcome = match limiter
         .acquire(index, limiter.digest(subject.as_bytes()))
@@ -75,23 +75,6 @@ pub async fn acquire(State(state): State<Arc<ApiState>>, body: Bytes) -> Respons
         "certainty": lease.certainty.as_str(),
     });
     json(StatusCode::CREATED, body.to_string())
-}
-
-/// A present subject of at most [`MAX_SUBJECT_BYTES`], or the 400's code and detail.
-fn checked_subject(subject: Option<&str>) -> Result<&str, (&'static str, String)> {
-    let Some(subject) = subject else {
-        return Err(("missing_subject", "subject is required".to_owned()));
-    };
-    if subject.len() > MAX_SUBJECT_BYTES {
-        return Err((
-            "subject_too_long",
-            format!(
-                "subject is {} bytes, at most {MAX_SUBJECT_BYTES} are accepted",
-                subject.len()
-            ),
-        ));
-    }
-    Ok(subject)
 }
 
 fn disabled() -> Response {
@@ -120,9 +103,9 @@ pub async fn release(
         Err(e) => return problem::bad_request("invalid_lease_id", &e.to_string()),
     };
     if let Some(subject) = &query.subject {
-        let subject = match checked_subject(Some(subject)) {
+        let subject = match checked_subject(Some(subject), "") {
             Ok(s) => s,
-            Err((code, detail)) => return problem::bad_request(code, &detail),
+            Err(refused) => return refused.response(),
         };
         if limiter.digest(subject.as_bytes()) != lease.subject {
             return problem::about_blank(

@@ -194,6 +194,11 @@ async fn bad_lists_are_400_naming_the_entry_and_charge_nothing() {
             "requests[0]: subject is required",
         ),
         (
+            json!({"requests": [entry("user", "u-1"), entry("tenant", "")]}),
+            "missing_subject",
+            "requests[1]: subject must not be empty",
+        ),
+        (
             json!({"requests": [entry("user", "u-1")], "policy": "user"}),
             "mixed_forms",
             "not both",

@@ -114,3 +114,38 @@ async fn a_lease_body_that_is_an_array_is_malformed_json_and_holds_nothing() {
         .expect("an answer");
     assert_eq!(r.status(), 201, "no lease was held by the arrays");
 }
+
+/// An empty subject is no subject, as on `/v1/evaluate` and over gRPC: acquiring with one is
+/// `missing_subject` (nothing held), and so is releasing with `?subject=`.
+#[tokio::test]
+async fn an_empty_subject_is_missing_subject_and_holds_nothing() {
+    let app = App::start(CONFIG, &[]);
+    let c = reqwest::Client::new();
+    let r = c
+        .post(app.url("/v1/leases"))
+        .body(r#"{"policy":"jobs","subject":""}"#)
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.expect("JSON");
+    assert_eq!(v["error"], "missing_subject", "{v}");
+    let held: serde_json::Value = c
+        .post(app.url("/v1/leases"))
+        .body(r#"{"policy":"jobs","subject":"w-4"}"#)
+        .send()
+        .await
+        .expect("an answer")
+        .json()
+        .await
+        .expect("JSON");
+    let id = held["lease_id"].as_str().expect("a lease id");
+    let r = c
+        .delete(app.url(&format!("/v1/leases/{id}?subject=")))
+        .send()
+        .await
+        .expect("an answer");
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().await.expect("JSON");
+    assert_eq!(v["error"], "missing_subject", "{v}");
+}

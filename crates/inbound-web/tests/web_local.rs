@@ -465,3 +465,39 @@ async fn an_evaluate_body_that_is_an_array_is_malformed_json_and_charges_nothing
     assert_eq!(status, 200, "{v}");
     assert_eq!(v["remaining"], 2, "nothing was charged before: {v}");
 }
+
+/// One rule with gRPC, which refuses an empty descriptor value: an empty subject is no
+/// subject, so `"subject": ""` is `missing_subject` and nothing is charged.
+#[tokio::test]
+async fn an_empty_subject_is_missing_subject_and_charges_nothing() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    for body in [
+        r#"{"policy":"api","subject":""}"#,
+        r#"{"subject":"","cost":2}"#,
+        r#"{"requests":[{"policy":"win","subject":"s"},{"policy":"api","subject":""}]}"#,
+    ] {
+        let (status, _, v) = evaluate(&c, &app, body).await;
+        assert_eq!(status, 400, "{body}: {v}");
+        assert_eq!(v["error"], "missing_subject", "{body}: {v}");
+        let detail = v["detail"].as_str().unwrap_or_default();
+        assert!(detail.contains("subject must not be empty"), "{detail}");
+    }
+    // The list's first entry was not charged either: `win` still has both places for "s".
+    let (status, _, v) = evaluate(&c, &app, r#"{"policy":"win","subject":"s"}"#).await;
+    assert_eq!((status, v["remaining"].clone()), (200, 1.into()), "{v}");
+}
+
+/// The middleware reads a subject header that is present but empty as the absent header it
+/// equals: both are the empty subject, one shared quota (never a way around the limit).
+#[tokio::test]
+async fn middleware_counts_an_empty_subject_header_as_the_missing_one() {
+    let app = App::start(LOCAL, &[]);
+    let c = reqwest::Client::new();
+    for key in [Some(""), None, Some("")] {
+        let r = get(&c, &app, "/api/x", key).await;
+        assert_eq!(status(&r), 200, "{key:?}");
+    }
+    let r = get(&c, &app, "/api/x", None).await;
+    assert_eq!(status(&r), 429, "the capacity of 3 was shared");
+}
