@@ -148,7 +148,7 @@ cost = 6
         ("routes[0].subject[1]", "\"cookie:x\""),
         ("routes[1].subject", "empty"),
         ("routes[1].cost", "max_cost 1 of policy tenant"),
-        ("routes[2].cost", "at least 1"),
+        ("routes[2].cost", "must be >= 1"),
         ("routes[3].subject", "at most 8 parts"),
         ("routes[3].cost", "\"cookie:x-cost\""),
         ("routes[4].path_prefix", "required"),
