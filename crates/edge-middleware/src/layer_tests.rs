@@ -791,3 +791,42 @@ async fn a_shadow_denial_does_not_keep_the_enforced_limits_from_being_charged() 
         );
     }
 }
+
+#[tokio::test]
+async fn a_mixed_failure_is_answered_for_the_first_fail_closed_policy() {
+    // `open` fails open and comes first; `fw` fails closed: the strictest decides, and the
+    // 503 names it although the provider failed at `open` (as the list form and gRPC do).
+    let id = |n: &str| PolicyId::new(n).expect("valid id");
+    let key = || SubjectSource::Header("x-key".into());
+    let port = Arc::new(Failing {
+        policies: PolicySet::new(
+            [
+                fixed_window("open", 5, 60, FailurePolicy::FailOpen),
+                fixed_window("fw", 5, 60, FailurePolicy::FailClosed),
+            ],
+            id("open"),
+        )
+        .expect("valid set"),
+        outcome: unavailable,
+    });
+    let limiter = Arc::new(Limiter::new(
+        port,
+        SubjectHasher::new(&SubjectSecret::random()),
+        FailurePolicy::FailClosed,
+        Duration::from_secs(1),
+    ));
+    let r = RateLimitLayer::new(
+        limiter,
+        vec![
+            Rule::new("/api", id("open"), key()),
+            Rule::new("/api", id("fw"), key()),
+        ],
+    )
+    .layer(upstream())
+    .oneshot(request("/api/x", &[("x-key", "k")]))
+    .await
+    .expect("infallible");
+    assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+    let body: serde_json::Value = serde_json::from_str(&text(r).await).expect("problem+json");
+    assert_eq!(body["policy"], "fw", "{body}");
+}

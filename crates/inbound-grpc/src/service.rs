@@ -23,7 +23,7 @@ use arc_swap::ArcSwap;
 use edge_middleware::descriptors::{
     self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
 };
-use edge_middleware::{SubjectHasher, headers};
+use edge_middleware::{SubjectHasher, failure, headers};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -32,7 +32,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use shared_contract::{
     Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits, MAX_LIMITS, MultiDecision,
-    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitPolicy,
+    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
 };
 use tonic::Status;
 
@@ -579,25 +579,28 @@ fn rate_limit_headers(
     out
 }
 
-/// The response, or the gRPC error, when the provider could not decide.
+/// The response, or the gRPC error, when the provider could not decide: the rule of
+/// [`edge_middleware::failure`] (the first policy, in request order, that does not fail open
+/// decides and is named; `OK` when every one fails open), as the HTTP edge answers it.
 fn failed(
     slots: &[Slot],
     policies: &[RateLimitPolicy],
     failure: &MultiOutcome,
 ) -> Result<RateLimitResponse, Status> {
+    let of: Vec<&RateLimitPolicy> = policies.iter().collect();
+    let Some((deciding, outcome)) = failure::failure_outcome(&of, failure.clone()) else {
+        return Err(Status::internal("a failure without policies"));
+    };
     // An unknown answer is never an allow for a policy that does not say so.
-    if policies
-        .iter()
-        .all(|p| p.failure_policy() == FailurePolicy::FailOpen)
-    {
+    if deciding.failure_policy() == FailurePolicy::FailOpen {
         let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
         return Ok(response(Code::Ok, statuses, Vec::new()));
     }
-    Err(match failure {
-        MultiOutcome::Indeterminate { policy_id, .. } => Status::unknown(format!(
+    Err(match outcome {
+        RateLimitOutcome::Indeterminate { policy_id, .. } => Status::unknown(format!(
             "the rate-limit provider's result is unknown (policy {policy_id}); the request may or may not have been charged"
         )),
-        MultiOutcome::Unavailable {
+        RateLimitOutcome::Unavailable {
             policy_id,
             category,
             ..
@@ -605,7 +608,7 @@ fn failed(
             "the rate-limit provider is unavailable ({}, policy {policy_id}); nothing was charged",
             category.as_str()
         )),
-        MultiOutcome::Incompatible {
+        RateLimitOutcome::Incompatible {
             policy_id,
             category,
             ..
@@ -613,7 +616,7 @@ fn failed(
             "the rate-limit provider cannot decide ({} incompatible, policy {policy_id}); nothing was charged",
             category.as_str()
         )),
-        MultiOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
+        RateLimitOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
     })
 }
 

@@ -419,6 +419,33 @@ async fn provider_failures_follow_the_policies_failure_policy() {
 }
 
 #[tokio::test]
+async fn a_mixed_failure_names_the_first_fail_closed_policy_as_http_does() {
+    // `user` fails open and comes first (the double names it: the first limit); `tenant`
+    // fails closed. The strictest failure policy decides, and the answer names `tenant`, as
+    // the HTTP list form and the middleware do (`edge_middleware::failure`).
+    let policies = PolicySet::new(
+        [
+            policy("ip", 1, 1, FailurePolicy::FailClosed),
+            policy("tenant", 5, 3, FailurePolicy::FailClosed),
+            policy("user", 100, 100, FailurePolicy::FailOpen),
+        ],
+        PolicyId::new("ip").expect("valid id"),
+    )
+    .expect("valid policy set");
+    let server = start(Arc::new(Down(policies)), UnknownDescriptor::Allow).await;
+    let mixed = request(
+        vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
+        1,
+    );
+    let e = ask(&mut client(&server).await, mixed)
+        .await
+        .expect_err("fail_closed wins over fail_open");
+    assert_eq!(e.code(), tonic::Code::Unknown, "indeterminate: {e:?}");
+    assert!(e.message().contains("policy tenant"), "{}", e.message());
+    assert!(!e.message().contains("policy user"), "{}", e.message());
+}
+
+#[tokio::test]
 async fn the_health_service_reports_serving() {
     use tonic_health::pb::health_client::HealthClient;
     use tonic_health::pb::{HealthCheckRequest, health_check_response::ServingStatus};
