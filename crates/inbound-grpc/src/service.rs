@@ -323,6 +323,8 @@ impl Inner {
         let mut slots = Vec::with_capacity(request.descriptors.len());
         let mut limits: Vec<Limit> = Vec::new();
         let mut at: HashMap<(PolicyId, [u8; 32]), usize> = HashMap::new();
+        // The descriptors of each limit, for a message about their summed cost.
+        let mut sharing: Vec<Vec<usize>> = Vec::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
             let Some(rule) = self.rules.find(&request.domain, entries) else {
@@ -339,8 +341,9 @@ impl Inner {
             let key = (policy.id().clone(), *subject.as_bytes());
             let slot = match at.get(&key) {
                 Some(&j) => {
+                    sharing[j].push(i);
                     let sum = limits[j].cost.get().saturating_add(cost);
-                    limits[j].cost = cost_of(i, sum, policy)?;
+                    limits[j].cost = summed_cost_of(&sharing[j], sum, policy)?;
                     j
                 }
                 None => {
@@ -355,6 +358,7 @@ impl Inner {
                         cost: cost_of(i, cost, policy)?,
                     });
                     at.insert(key, limits.len() - 1);
+                    sharing.push(vec![i]);
                     limits.len() - 1
                 }
             };
@@ -382,6 +386,29 @@ fn cost_of(i: usize, cost: u64, policy: &RateLimitPolicy) -> Result<Cost, Status
         )));
     }
     Cost::new(cost).map_err(|e| Status::invalid_argument(format!("descriptors[{i}]: {e}")))
+}
+
+/// The cost `sum` of the limit that the descriptors at `indexes` (more than one, in order)
+/// share, within `policy`'s `max_cost`: a refusal names them all and their summed cost, since
+/// none of them alone need be above it.
+fn summed_cost_of(indexes: &[usize], sum: u64, policy: &RateLimitPolicy) -> Result<Cost, Status> {
+    let max = policy.max_cost().get();
+    if sum <= max {
+        return Cost::new(sum).map_err(|e| Status::invalid_argument(e.to_string()));
+    }
+    let mut names = String::new();
+    for (n, i) in indexes.iter().enumerate() {
+        names.push_str(match n {
+            0 => "",
+            n if n + 1 == indexes.len() => " and ",
+            _ => ", ",
+        });
+        names.push_str(&format!("descriptors[{i}]"));
+    }
+    Err(Status::invalid_argument(format!(
+        "{names} have the same policy {} and values, so they are one limit charged their summed cost: summed cost {sum} is above max_cost {max}",
+        policy.id()
+    )))
 }
 
 /// The checks of a request's shape, before anything is matched or charged.
