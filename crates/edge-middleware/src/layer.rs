@@ -62,7 +62,8 @@ use std::task::{Context, Poll};
 
 use http::{Extensions, HeaderValue, Request, Response, header};
 use shared_contract::{
-    Clock, Cost, MAX_LIMITS, MultiOutcome, RateLimitDecision, RateLimitOutcome, SystemClock,
+    Clock, Cost, FailurePolicy, MAX_LIMITS, MultiOutcome, RateLimitDecision, RateLimitOutcome,
+    RateLimitPolicy, SystemClock,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -488,13 +489,15 @@ async fn evaluate_many<'s, R: From<String>>(
                     decided.extend(many.iter().map(|(_, r)| *r).zip(d.decisions));
                 }
                 Ok(other) => {
-                    if !members
-                        .iter()
-                        .all(|m| limiter.fails_open(limiter.policy(m.index).id()))
-                    {
-                        return Err(unavailable(
-                            &other.into_single(limiter.policy(members[0].index).id()),
-                        ));
+                    // The rule of [`crate::failure`]: the first policy that does not fail
+                    // open decides and is named.
+                    let policies: Vec<&RateLimitPolicy> =
+                        members.iter().map(|m| limiter.policy(m.index)).collect();
+                    match crate::failure::failure_outcome(&policies, other) {
+                        Some((deciding, _))
+                            if deciding.failure_policy() == FailurePolicy::FailOpen => {}
+                        Some((_, outcome)) => return Err(unavailable(&outcome)),
+                        None => return Err(problem::internal("a failure without limits")),
                     }
                 }
                 Err(e) => return Err(problem::internal(&e.to_string())),

@@ -15,6 +15,7 @@
 //! | module | what |
 //! | --- | --- |
 //! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
+//! | [`failure`] | the one rule for a multi-limit evaluation the provider could not decide: which policy's failure policy applies and is named |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
 //! | [`leases`] | concurrency leases: the limiter's acquire and release, with metrics |
 //! | [`concurrency`] | `ConcurrencyLayer` / `Concurrency<S>`: a lease held per request while its response body is sent |
@@ -95,6 +96,7 @@
 
 pub mod concurrency;
 pub mod descriptors;
+pub mod failure;
 pub mod headers;
 pub mod layer;
 pub mod leases;

@@ -23,7 +23,7 @@ use arc_swap::ArcSwap;
 use edge_middleware::descriptors::{
     self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
 };
-use edge_middleware::{SubjectHasher, headers};
+use edge_middleware::{SubjectHasher, failure, headers};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -32,7 +32,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use shared_contract::{
     Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits, MAX_LIMITS, MultiDecision,
-    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitPolicy,
+    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
 };
 use tonic::Status;
 
@@ -323,6 +323,8 @@ impl Inner {
         let mut slots = Vec::with_capacity(request.descriptors.len());
         let mut limits: Vec<Limit> = Vec::new();
         let mut at: HashMap<(PolicyId, [u8; 32]), usize> = HashMap::new();
+        // The descriptors of each limit, for a message about their summed cost.
+        let mut sharing: Vec<Vec<usize>> = Vec::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
             let Some(rule) = self.rules.find(&request.domain, entries) else {
@@ -339,8 +341,9 @@ impl Inner {
             let key = (policy.id().clone(), *subject.as_bytes());
             let slot = match at.get(&key) {
                 Some(&j) => {
+                    sharing[j].push(i);
                     let sum = limits[j].cost.get().saturating_add(cost);
-                    limits[j].cost = cost_of(i, sum, policy)?;
+                    limits[j].cost = summed_cost_of(&sharing[j], sum, policy)?;
                     j
                 }
                 None => {
@@ -355,6 +358,7 @@ impl Inner {
                         cost: cost_of(i, cost, policy)?,
                     });
                     at.insert(key, limits.len() - 1);
+                    sharing.push(vec![i]);
                     limits.len() - 1
                 }
             };
@@ -382,6 +386,29 @@ fn cost_of(i: usize, cost: u64, policy: &RateLimitPolicy) -> Result<Cost, Status
         )));
     }
     Cost::new(cost).map_err(|e| Status::invalid_argument(format!("descriptors[{i}]: {e}")))
+}
+
+/// The cost `sum` of the limit that the descriptors at `indexes` (more than one, in order)
+/// share, within `policy`'s `max_cost`: a refusal names them all and their summed cost, since
+/// none of them alone need be above it.
+fn summed_cost_of(indexes: &[usize], sum: u64, policy: &RateLimitPolicy) -> Result<Cost, Status> {
+    let max = policy.max_cost().get();
+    if sum <= max {
+        return Cost::new(sum).map_err(|e| Status::invalid_argument(e.to_string()));
+    }
+    let mut names = String::new();
+    for (n, i) in indexes.iter().enumerate() {
+        names.push_str(match n {
+            0 => "",
+            n if n + 1 == indexes.len() => " and ",
+            _ => ", ",
+        });
+        names.push_str(&format!("descriptors[{i}]"));
+    }
+    Err(Status::invalid_argument(format!(
+        "{names} have the same policy {} and values, so they are one limit charged their summed cost: summed cost {sum} is above max_cost {max}",
+        policy.id()
+    )))
 }
 
 /// The checks of a request's shape, before anything is matched or charged.
@@ -515,30 +542,62 @@ fn descriptor_status(
     }
 }
 
-/// The policy as Envoy's `requests_per_unit` per `unit`: its quota and window
-/// ([`shared_contract::Algorithm::quota_window`]) in the largest unit that is not longer than
-/// the window, the quota scaled to it and rounded down (at least 1). Exact when the window is
-/// one second, minute, hour, day or week.
+/// The policy as Envoy's `requests_per_unit` per `unit`, from its quota and window in whole
+/// seconds ([`shared_contract::Algorithm::quota_window`]; a window of a fraction of a second
+/// counts as its next whole second).
+///
+/// - **Exact as a rate when it can be**: the largest unit not longer than the window, or a
+///   larger one if needed, the smallest in which the quota scaled to the unit is a whole number
+///   (at least 1): 100 per 60 s is 100/MINUTE, 120 per 120 s is 60/MINUTE, 5 per 10 s (0.5 a
+///   second) is 30/MINUTE, 7 per 3 s is 140/MINUTE. Staying near the window keeps the unit
+///   meaningful as Envoy's `w=` of its own rate-limit headers; moving up only when needed keeps
+///   the rate exact.
+/// - **Otherwise** (no unit up to a week gives a whole number: 7 per 13 s, 1 per 14 days): the
+///   largest unit not longer than the window, the quota scaled to it and rounded down, at
+///   least 1. Then the rate is not exact: understated when rounded down, overstated when the
+///   floor of 1 applies (7 per 13 s is sent as 1/SECOND, 13 per 13 s; 1 per 14 days as 1/WEEK).
+///
+/// Units are SECOND to WEEK: MONTH and YEAR are not fixed lengths, so no quota is exact in them.
+/// `requests_per_unit` saturates at `u32::MAX`.
 pub fn current_limit(policy: &RateLimitPolicy) -> RateLimit {
-    const UNITS: [(Unit, u64); 5] = [
-        (Unit::Week, 604_800),
-        (Unit::Day, 86_400),
-        (Unit::Hour, 3_600),
-        (Unit::Minute, 60),
-        (Unit::Second, 1),
-    ];
-    let (q, w) = policy.algorithm().quota_window();
-    let w = w.max(1);
-    let (unit, secs) = UNITS
-        .into_iter()
-        .find(|(_, secs)| *secs <= w)
-        .unwrap_or((Unit::Second, 1));
-    let per_unit = (u128::from(q) * u128::from(secs) / u128::from(w)).max(1);
+    let (quota, window) = policy.algorithm().quota_window();
+    let (requests_per_unit, unit) = per_unit(quota, window);
     RateLimit {
         name: policy.id().as_str().to_owned(),
-        requests_per_unit: u32::try_from(per_unit).unwrap_or(u32::MAX),
+        requests_per_unit,
         unit: unit as i32,
     }
+}
+
+/// [`current_limit`]'s rule for `quota` per `window_secs`.
+fn per_unit(quota: u64, window_secs: u64) -> (u32, Unit) {
+    /// The fixed-length units, shortest first; each is a whole multiple of the ones before,
+    /// so a quota that is whole in one unit is whole in every longer one.
+    const UNITS: [(Unit, u64); 5] = [
+        (Unit::Second, 1),
+        (Unit::Minute, 60),
+        (Unit::Hour, 3_600),
+        (Unit::Day, 86_400),
+        (Unit::Week, 604_800),
+    ];
+    let w = u128::from(window_secs.max(1));
+    let q = u128::from(quota);
+    let floor = UNITS
+        .iter()
+        .rposition(|(_, secs)| u128::from(*secs) <= w)
+        .unwrap_or(0);
+    let exact = UNITS[floor..].iter().find(|(_, secs)| {
+        let scaled = q * u128::from(*secs);
+        scaled % w == 0 && scaled >= w
+    });
+    let (unit, per) = match exact {
+        Some(&(unit, secs)) => (unit, q * u128::from(secs) / w),
+        None => {
+            let (unit, secs) = UNITS[floor];
+            (unit, (q * u128::from(secs) / w).max(1))
+        }
+    };
+    (u32::try_from(per).unwrap_or(u32::MAX), unit)
 }
 
 /// `RateLimit-Policy`, `RateLimit` (one member per limit with a decision) and, when denied,
@@ -579,25 +638,28 @@ fn rate_limit_headers(
     out
 }
 
-/// The response, or the gRPC error, when the provider could not decide.
+/// The response, or the gRPC error, when the provider could not decide: the rule of
+/// [`edge_middleware::failure`] (the first policy, in request order, that does not fail open
+/// decides and is named; `OK` when every one fails open), as the HTTP edge answers it.
 fn failed(
     slots: &[Slot],
     policies: &[RateLimitPolicy],
     failure: &MultiOutcome,
 ) -> Result<RateLimitResponse, Status> {
+    let of: Vec<&RateLimitPolicy> = policies.iter().collect();
+    let Some((deciding, outcome)) = failure::failure_outcome(&of, failure.clone()) else {
+        return Err(Status::internal("a failure without policies"));
+    };
     // An unknown answer is never an allow for a policy that does not say so.
-    if policies
-        .iter()
-        .all(|p| p.failure_policy() == FailurePolicy::FailOpen)
-    {
+    if deciding.failure_policy() == FailurePolicy::FailOpen {
         let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
         return Ok(response(Code::Ok, statuses, Vec::new()));
     }
-    Err(match failure {
-        MultiOutcome::Indeterminate { policy_id, .. } => Status::unknown(format!(
+    Err(match outcome {
+        RateLimitOutcome::Indeterminate { policy_id, .. } => Status::unknown(format!(
             "the rate-limit provider's result is unknown (policy {policy_id}); the request may or may not have been charged"
         )),
-        MultiOutcome::Unavailable {
+        RateLimitOutcome::Unavailable {
             policy_id,
             category,
             ..
@@ -605,7 +667,7 @@ fn failed(
             "the rate-limit provider is unavailable ({}, policy {policy_id}); nothing was charged",
             category.as_str()
         )),
-        MultiOutcome::Incompatible {
+        RateLimitOutcome::Incompatible {
             policy_id,
             category,
             ..
@@ -613,7 +675,7 @@ fn failed(
             "the rate-limit provider cannot decide ({} incompatible, policy {policy_id}); nothing was charged",
             category.as_str()
         )),
-        MultiOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
+        RateLimitOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
     })
 }
 
@@ -641,21 +703,73 @@ mod tests {
         .expect("valid policy")
     }
 
+    fn window_ms(limit: u64, ms: u64) -> RateLimitPolicy {
+        RateLimitPolicy::new(PolicySpec {
+            id: PolicyId::new("p").expect("valid id"),
+            revision: PolicyRevision::new(1).expect("valid revision"),
+            algorithm: AlgorithmSpec::FixedWindow {
+                limit,
+                window: Duration::from_millis(ms),
+            },
+            max_cost: 1,
+            cleanup_grace: Duration::ZERO,
+            max_clock_regression: Duration::ZERO,
+            failure_policy: FailurePolicy::FailClosed,
+        })
+        .expect("valid policy")
+    }
+
+    fn of(policy: &RateLimitPolicy) -> (u32, Unit) {
+        let l = current_limit(policy);
+        (l.requests_per_unit, Unit::try_from(l.unit).expect("a unit"))
+    }
+
     #[test]
-    fn current_limit_is_exact_on_units_and_scaled_down_between_them() {
-        let of = |limit, secs| {
-            let l = current_limit(&window(limit, secs));
-            (l.requests_per_unit, Unit::try_from(l.unit).expect("a unit"))
-        };
-        assert_eq!(of(100, 1), (100, Unit::Second));
-        assert_eq!(of(100, 60), (100, Unit::Minute));
-        assert_eq!(of(5, 3_600), (5, Unit::Hour));
-        assert_eq!(of(7, 86_400), (7, Unit::Day));
-        assert_eq!(of(7, 604_800), (7, Unit::Week));
-        // 120 per 2 minutes: 60 per minute; 5 per 10 s: 0.5 per second, shown as 1.
-        assert_eq!(of(120, 120), (60, Unit::Minute));
-        assert_eq!(of(5, 10), (1, Unit::Second));
-        // Beyond a week: per week, scaled.
-        assert_eq!(of(1_400, 1_209_600), (700, Unit::Week));
+    fn current_limit_is_the_unit_of_the_window_when_the_quota_is_whole_in_it() {
+        let at = |limit, secs| of(&window(limit, secs));
+        assert_eq!(at(100, 1), (100, Unit::Second));
+        assert_eq!(at(100, 60), (100, Unit::Minute));
+        assert_eq!(at(5, 3_600), (5, Unit::Hour));
+        assert_eq!(at(1, 86_400), (1, Unit::Day));
+        assert_eq!(at(7, 86_400), (7, Unit::Day));
+        assert_eq!(at(7, 604_800), (7, Unit::Week));
+        // Between units: the largest unit not longer than the window, when whole there.
+        assert_eq!(at(120, 120), (60, Unit::Minute));
+        assert_eq!(at(60, 120), (30, Unit::Minute));
+        assert_eq!(at(3_600, 3_600), (3_600, Unit::Hour));
+        // Beyond a week: per week.
+        assert_eq!(at(1_400, 1_209_600), (700, Unit::Week));
+    }
+
+    #[test]
+    fn current_limit_moves_to_a_longer_unit_to_keep_the_rate_exact() {
+        let at = |limit, secs| of(&window(limit, secs));
+        // 0.5 a second is 30 a minute, exactly.
+        assert_eq!(at(5, 10), (30, Unit::Minute));
+        // 7/3 a second is 140 a minute; 100/90 s is 4,000 an hour; 1 per 7 h is 24 a week.
+        assert_eq!(at(7, 3), (140, Unit::Minute));
+        assert_eq!(at(100, 90), (4_000, Unit::Hour));
+        assert_eq!(at(1, 25_200), (24, Unit::Week));
+        // 1 per 2 days: half a day, 3.5 a week: no exact unit up to a week (see below).
+        assert_eq!(at(1, 172_800), (1, Unit::Day));
+    }
+
+    #[test]
+    fn current_limit_without_an_exact_unit_is_rounded_down_at_least_1() {
+        let at = |limit, secs| of(&window(limit, secs));
+        // 13 is prime and divides no unit: 7 per 13 s is never whole. 0.54/SECOND -> 1.
+        assert_eq!(at(7, 13), (1, Unit::Second));
+        // 40 per 13 s: 3.08 a second, rounded down.
+        assert_eq!(at(40, 13), (3, Unit::Second));
+        // 1 per 14 days: half a week, shown as 1/WEEK.
+        assert_eq!(at(1, 1_209_600), (1, Unit::Week));
+    }
+
+    #[test]
+    fn current_limit_counts_a_sub_second_window_as_a_whole_second() {
+        assert_eq!(of(&window_ms(5, 1)), (5, Unit::Second));
+        assert_eq!(of(&window_ms(5, 500)), (5, Unit::Second));
+        // 1.5 s counts as 2 s: 3 per 2 s is 90 a minute (never more than the policy allows).
+        assert_eq!(of(&window_ms(3, 1_500)), (90, Unit::Minute));
     }
 }

@@ -255,6 +255,60 @@ async fn hits_addend_is_the_cost_and_zero_means_one() {
 }
 
 #[tokio::test]
+async fn descriptors_sharing_a_limit_above_max_cost_are_named_with_their_summed_cost() {
+    let server = local(UnknownDescriptor::Allow).await;
+    let mut c = client(&server).await;
+    // `tenant` has max_cost 3: 2 + 2 on one limit (same policy, same values) is 4.
+    let twice = request(
+        vec![
+            descriptor(&[("tenant", "t9")]),
+            descriptor(&[("tenant", "t9")]),
+        ],
+        2,
+    );
+    let e = ask(&mut c, twice)
+        .await
+        .expect_err("summed cost above max_cost");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
+    let m = e.message();
+    assert!(
+        m.contains("descriptors[0] and descriptors[1]") && m.contains("summed cost 4"),
+        "{m}"
+    );
+    assert!(m.contains("max_cost 3") && m.contains("tenant"), "{m}");
+    // Three descriptors of one limit, another limit between them, the last one crossing (own
+    // hits_addend 2): all three are named.
+    let addend = |value| Some(envoy_types::pb::google::protobuf::UInt64Value { value });
+    let mut user = descriptor(&[("user", "u9")]);
+    user.hits_addend = addend(1);
+    let mut last = descriptor(&[("tenant", "t9")]);
+    last.hits_addend = addend(2);
+    let thrice = request(
+        vec![
+            descriptor(&[("tenant", "t9")]),
+            user,
+            descriptor(&[("tenant", "t9")]),
+            last,
+        ],
+        1,
+    );
+    let e = ask(&mut c, thrice)
+        .await
+        .expect_err("summed cost above max_cost");
+    let m = e.message();
+    assert!(
+        m.contains("descriptors[0], descriptors[2] and descriptors[3]")
+            && m.contains("summed cost 4"),
+        "{m}"
+    );
+    // Nothing was charged.
+    let r = ask(&mut c, request(vec![descriptor(&[("tenant", "t9")])], 1))
+        .await
+        .expect("answered");
+    assert_eq!(r.statuses[0].limit_remaining, 4);
+}
+
+#[tokio::test]
 async fn unknown_descriptors_are_allowed_or_deny_the_whole_request_as_configured() {
     let unknown = || {
         request(
@@ -416,6 +470,33 @@ async fn provider_failures_follow_the_policies_failure_policy() {
         .expect("fail_open answers");
     assert_eq!(r.overall_code, Code::Ok as i32);
     assert!(r.statuses[0].current_limit.is_none());
+}
+
+#[tokio::test]
+async fn a_mixed_failure_names_the_first_fail_closed_policy_as_http_does() {
+    // `user` fails open and comes first (the double names it: the first limit); `tenant`
+    // fails closed. The strictest failure policy decides, and the answer names `tenant`, as
+    // the HTTP list form and the middleware do (`edge_middleware::failure`).
+    let policies = PolicySet::new(
+        [
+            policy("ip", 1, 1, FailurePolicy::FailClosed),
+            policy("tenant", 5, 3, FailurePolicy::FailClosed),
+            policy("user", 100, 100, FailurePolicy::FailOpen),
+        ],
+        PolicyId::new("ip").expect("valid id"),
+    )
+    .expect("valid policy set");
+    let server = start(Arc::new(Down(policies)), UnknownDescriptor::Allow).await;
+    let mixed = request(
+        vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
+        1,
+    );
+    let e = ask(&mut client(&server).await, mixed)
+        .await
+        .expect_err("fail_closed wins over fail_open");
+    assert_eq!(e.code(), tonic::Code::Unknown, "indeterminate: {e:?}");
+    assert!(e.message().contains("policy tenant"), "{}", e.message());
+    assert!(!e.message().contains("policy user"), "{}", e.message());
 }
 
 #[tokio::test]

@@ -19,9 +19,11 @@ use axum::body::Bytes;
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
 use edge_middleware::headers::ceil_secs;
-use edge_middleware::{Limiter, Member, problem};
+use edge_middleware::{Limiter, Member, failure, problem};
 use serde::Deserialize;
-use shared_contract::{EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitOutcome};
+use shared_contract::{
+    EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitOutcome, RateLimitPolicy,
+};
 
 use crate::api::{
     ApiState, Text, decision_json, json, outcome_body, request_error, respond, shadow_json,
@@ -101,38 +103,15 @@ pub(crate) async fn evaluate(
 }
 
 /// The answer when `members` could not be decided: the single form's answer to the failure
-/// (503, or 200 when every policy fails open), naming the first policy that does not fail
-/// open (or the first one), whose failure policy decides.
+/// (503, or 200 when every policy fails open), by the rule of [`edge_middleware::failure`]: the
+/// first policy, in request order, that does not fail open (or the first one) decides and is
+/// named.
 fn failed(limiter: &Limiter, members: &[Member], failure: MultiOutcome) -> Response {
-    let Some(first) = members.first() else {
-        return problem::internal("a failure without members");
-    };
-    let named = members
-        .iter()
-        .map(|m| limiter.policy(m.index).id())
-        .find(|id| !limiter.fails_open(id))
-        .unwrap_or(limiter.policy(first.index).id());
-    let failure = match failure {
-        MultiOutcome::Unavailable {
-            retry_after_ms,
-            category,
-            ..
-        } => MultiOutcome::Unavailable {
-            policy_id: named.clone(),
-            retry_after_ms,
-            category,
-        },
-        MultiOutcome::Indeterminate { retry_after_ms, .. } => MultiOutcome::Indeterminate {
-            policy_id: named.clone(),
-            retry_after_ms,
-        },
-        MultiOutcome::Incompatible { category, .. } => MultiOutcome::Incompatible {
-            policy_id: named.clone(),
-            category,
-        },
-        evaluated => evaluated,
-    };
-    respond(limiter, &failure.into_single(named))
+    let policies: Vec<&RateLimitPolicy> = members.iter().map(|m| limiter.policy(m.index)).collect();
+    match failure::failure_outcome(&policies, failure) {
+        Some((_, outcome)) => respond(limiter, &outcome),
+        None => problem::internal("a failure without members"),
+    }
 }
 
 /// A member with its entry's position.
