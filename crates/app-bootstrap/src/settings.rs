@@ -140,25 +140,24 @@ impl Settings {
         let RateLimitSettings::Enabled(e) = &self.rate_limit else {
             return 0;
         };
-        match &e.provider {
-            #[cfg(feature = "local")]
-            ProviderSettings::Local => 0,
-            #[cfg(feature = "redis")]
-            ProviderSettings::Redis(r) => {
-                let per_master = 2 * r.redis.connections as u64;
-                match &r.redis.topology {
-                    adapter_redis::Topology::Standalone => per_master,
-                    adapter_redis::Topology::Sentinel { sentinels, .. } => {
-                        per_master + 2 * sentinels.len() as u64
-                    }
-                    // The masters are not known before start: at least three, and a
-                    // connection to every seed node while the slots are learnt.
-                    adapter_redis::Topology::Cluster { nodes } => {
-                        per_master * (nodes.len() as u64).max(3) + nodes.len() as u64
-                    }
+        #[cfg(feature = "redis")]
+        if let Some(r) = e.provider.redis() {
+            let per_master = 2 * r.redis.connections as u64;
+            return match &r.redis.topology {
+                adapter_redis::Topology::Standalone => per_master,
+                adapter_redis::Topology::Sentinel { sentinels, .. } => {
+                    per_master + 2 * sentinels.len() as u64
                 }
-            }
+                // The masters are not known before start: at least three, and a connection
+                // to every seed node while the slots are learnt.
+                adapter_redis::Topology::Cluster { nodes } => {
+                    per_master * (nodes.len() as u64).max(3) + nodes.len() as u64
+                }
+            };
         }
+        // The local provider holds no descriptor.
+        let _ = e;
+        0
     }
 }
 
