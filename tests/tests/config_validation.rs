@@ -223,48 +223,25 @@ fn missing_parameter_is_named() {
 /// integer reader ("must be >= 0") and 0 by the policy's check ("must be >= 1").
 #[test]
 fn zero_and_negative_counts_get_one_message_naming_the_bound() {
-    let cases: &[(&str, &str)] = &[
-        (
-            "algorithm = \"fixed_window\"\nlimit = N\nwindow = \"1s\"",
-            "limit",
-        ),
-        (
-            "algorithm = \"sliding_window\"\nlimit = N\nwindow = \"1s\"",
-            "limit",
-        ),
-        (
-            "algorithm = \"sliding_log\"\nlimit = N\nwindow = \"1s\"",
-            "limit",
-        ),
-        (
-            "algorithm = \"concurrency\"\nlimit = N\nlease_ttl = \"1s\"",
-            "limit",
-        ),
-        (
-            "algorithm = \"token_bucket\"\ncapacity = N\nrefill_amount = 1\nrefill_interval = \"1s\"",
-            "capacity",
-        ),
-        (
-            "algorithm = \"token_bucket\"\ncapacity = 5\nrefill_amount = N\nrefill_interval = \"1s\"",
-            "refill_amount",
-        ),
-        (
-            "algorithm = \"gcra\"\nlimit = N\nperiod = \"1s\"\nburst = 1",
-            "limit",
-        ),
-        (
-            "algorithm = \"gcra\"\nlimit = 1\nperiod = \"1s\"\nburst = N",
-            "burst",
-        ),
-        (
-            "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\nmax_cost = N",
-            "max_cost",
-        ),
-        (
-            "algorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\nrevision = N",
-            "revision",
-        ),
-    ];
+    // Each line: the key, then the policy with N for the number ("; " between keys).
+    let cases = r#"
+limit | algorithm = "fixed_window"; limit = N; window = "1s"
+limit | algorithm = "sliding_window"; limit = N; window = "1s"
+limit | algorithm = "sliding_log"; limit = N; window = "1s"
+limit | algorithm = "concurrency"; limit = N; lease_ttl = "1s"
+capacity | algorithm = "token_bucket"; capacity = N; refill_amount = 1; refill_interval = "1s"
+refill_amount | algorithm = "token_bucket"; capacity = 5; refill_amount = N; refill_interval = "1s"
+limit | algorithm = "gcra"; limit = N; period = "1s"; burst = 1
+burst | algorithm = "gcra"; limit = 1; period = "1s"; burst = N
+max_cost | algorithm = "fixed_window"; limit = 5; window = "1s"; max_cost = N
+revision | algorithm = "fixed_window"; limit = 5; window = "1s"; revision = N
+"#;
+    let cases: Vec<(String, &str)> = cases
+        .trim()
+        .lines()
+        .filter_map(|l| l.split_once(" | "))
+        .map(|(key, policy)| (policy.replace("; ", "\n"), key))
+        .collect();
     let problem = |policy: &str, key: &str, n: &str| {
         let path = format!("rate_limit.policies.api.{key}");
         let e = errors(&redis_config(
@@ -274,7 +251,8 @@ fn zero_and_negative_counts_get_one_message_naming_the_bound() {
         ));
         problem_at(&e, &path)
     };
-    for &(policy, key) in cases {
+    assert_eq!(cases.len(), 10);
+    for (policy, key) in &cases {
         let zero = problem(policy, key, "0");
         let negative = problem(policy, key, "-3");
         assert!(zero.ends_with(", got 0"), "{key} = 0: {zero}");

@@ -271,11 +271,39 @@ async fn rls_client(addr: &str) -> Result<RlsClient, String> {
     .map_err(|e| format!("{e:?}"))
 }
 
-#[tokio::test]
-async fn idle_connections_to_both_ports_under_a_low_descriptor_limit_starve_neither_port_nor_redis()
-{
-    let redis = acceptance_tests::redis_server::RedisServer::start();
-    let config = format!(
+/// Round `round` of requests during an attack: one on a held and one on a new connection to
+/// each port, each answered within 1 s (by Redis: the policy fails closed).
+async fn answered_within_1_s(
+    round: usize,
+    app: &App,
+    grpc: &str,
+    held_http: &mut TcpStream,
+    held_rls: &mut RlsClient,
+    fresh_http: &reqwest::Client,
+) {
+    let who = format!("round-{round}");
+    let r = evaluate_on(held_http, &who).await;
+    assert!(
+        r.as_deref().is_some_and(|r| r.starts_with("HTTP/1.1 200")),
+        "round {round}: held HTTP connection: {r:?}"
+    );
+    rls_allows(held_rls, &who)
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: held gRPC connection: {e}"));
+    let status = evaluate_fresh(fresh_http, app, &who).await;
+    assert_eq!(status, Ok(200), "round {round}: new HTTP connection");
+    let mut fresh_rls = rls_client(grpc)
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
+    rls_allows(&mut fresh_rls, &who)
+        .await
+        .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
+}
+
+/// Redis (failing closed), both ports with 2 s handshake timeouts, one policy for
+/// `/v1/evaluate` and the descriptor `user`.
+fn attack_config(redis_url: &str) -> String {
+    format!(
         r#"{}
 [rate_limit.policies.api]
 algorithm = "fixed_window"
@@ -294,8 +322,15 @@ domain = "edge"
 entries = ["user"]
 policy = "api"
 "#,
-        common::redis_rate_limit(redis.url(), "fail_closed", "")
-    );
+        common::redis_rate_limit(redis_url, "fail_closed", "")
+    )
+}
+
+#[tokio::test]
+async fn idle_connections_to_both_ports_under_a_low_descriptor_limit_starve_neither_port_nor_redis()
+{
+    let redis = acceptance_tests::redis_server::RedisServer::start();
+    let config = attack_config(redis.url());
     // 256 descriptors, as in the report that stopped every listener with 300 idle
     // connections to the gRPC port.
     let app = App::start_limited(&config, &[], Some(256));
@@ -336,23 +371,15 @@ policy = "api"
         .build()
         .expect("client");
     for round in 0..8 {
-        let who = format!("round-{round}");
-        let r = evaluate_on(&mut held_http, &who).await;
-        assert!(
-            r.as_deref().is_some_and(|r| r.starts_with("HTTP/1.1 200")),
-            "round {round}: held HTTP connection: {r:?}"
-        );
-        rls_allows(&mut held_rls, &who)
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: held gRPC connection: {e}"));
-        let status = evaluate_fresh(&fresh_http, &app, &who).await;
-        assert_eq!(status, Ok(200), "round {round}: new HTTP connection");
-        let mut fresh_rls = rls_client(&grpc)
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
-        rls_allows(&mut fresh_rls, &who)
-            .await
-            .unwrap_or_else(|e| panic!("round {round}: new gRPC connection: {e}"));
+        answered_within_1_s(
+            round,
+            &app,
+            &grpc,
+            &mut held_http,
+            &mut held_rls,
+            &fresh_http,
+        )
+        .await;
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
 
