@@ -166,13 +166,8 @@ fn secrets(s: &Settings) -> Secrets {
         }
         PasswordSource::Url | PasswordSource::None => {}
     }
-    for (key, d) in &r.tls_file_digests {
-        let path = match *key {
-            "tls_ca_file" => "rate_limit.redis.tls_ca_file",
-            "tls_cert_file" => "rate_limit.redis.tls_cert_file",
-            _ => "rate_limit.redis.tls_key_file",
-        };
-        out.insert(path, (*d, "the file's content changed"));
+    for &(path, d) in &r.tls_file_digests {
+        out.insert(path, (d, "the file's content changed"));
     }
     out
 }

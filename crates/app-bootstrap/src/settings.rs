@@ -484,7 +484,7 @@ pub struct RedisProviderSettings {
     /// Where the data nodes' password came from (`--check` names it, never the password).
     pub password_source: PasswordSource,
     /// A digest of each TLS file's content as read at load (`tls_ca_file`, `tls_cert_file`,
-    /// `tls_key_file`, by key name), never shown. The TLS connector is built from the files
+    /// `tls_key_file`, by key path), never shown. The TLS connector is built from the files
     /// once, so a reload compares these: the same path with new content is a change.
     pub tls_file_digests: Vec<(&'static str, u64)>,
 }

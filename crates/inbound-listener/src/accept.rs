@@ -184,27 +184,18 @@ impl Unspoken {
         }
     }
 
-    fn silent(&self, activity: &Weak<Activity>) -> bool {
-        activity
-            .upgrade()
-            .is_some_and(|a| a.bytes_read() < self.handshake_bytes)
-    }
-
     fn push(&mut self, activity: Weak<Activity>, task: AbortHandle) {
         self.list.push_back((activity, task));
         if self.list.len() > self.bound {
             let handshake_bytes = self.handshake_bytes;
-            self.list.retain(|(a, _)| {
-                a.upgrade()
-                    .is_some_and(|a| a.bytes_read() < handshake_bytes)
-            });
+            self.list.retain(|(a, _)| silent(a, handshake_bytes));
         }
     }
 
     /// Closes the oldest connection still without its handshake; whether there was one.
     fn evict_oldest(&mut self) -> bool {
         while let Some((activity, task)) = self.list.pop_front() {
-            if self.silent(&activity) {
+            if silent(&activity, self.handshake_bytes) {
                 // Dropping the task's future closes the socket and frees its permit.
                 task.abort();
                 return true;
@@ -212,6 +203,13 @@ impl Unspoken {
         }
         false
     }
+}
+
+/// Whether the connection is open and has sent fewer than `handshake_bytes`.
+fn silent(activity: &Weak<Activity>, handshake_bytes: u64) -> bool {
+    activity
+        .upgrade()
+        .is_some_and(|a| a.bytes_read() < handshake_bytes)
 }
 
 async fn held(conn: impl Future<Output = ()>, _permit: OwnedSemaphorePermit) {

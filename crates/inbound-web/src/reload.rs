@@ -14,15 +14,13 @@
 use std::hash::{Hash as _, Hasher as _};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::{Duration, SystemTime};
 
 use app_bootstrap::{RateLimitRuntime, RateLimitSettings, Settings, Sources};
 use arc_swap::ArcSwap;
 use axum::Router;
-use axum::body::Body;
 use axum::extract::State;
-use axum::http::{Request, StatusCode};
+use axum::http::StatusCode;
 use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 
@@ -35,7 +33,8 @@ pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// writes it in several steps is read once, after the last one.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
 
-/// The router in force, as a service: each request is routed by the router in force when it
+/// The router in force: the hygiene layer takes it when a request's head arrives
+/// ([`crate::hygiene::AtHead`]), so each request is routed by the router in force when it
 /// started. Cheap to clone.
 #[derive(Debug, Clone)]
 pub struct CurrentRouter(Arc<ArcSwap<Router>>);
@@ -53,22 +52,6 @@ impl CurrentRouter {
     /// Puts `router` in force for the requests that start from now on.
     pub fn replace(&self, router: Router) {
         self.0.store(Arc::new(router));
-    }
-}
-
-impl tower::Service<Request<Body>> for CurrentRouter {
-    type Response = Response;
-    type Error = std::convert::Infallible;
-    type Future = <Router as tower::Service<Request<Body>>>::Future;
-
-    fn poll_ready(&mut self, _: &mut Context<'_>) -> Poll<Result<(), Self::Error>> {
-        // A router is always ready.
-        Poll::Ready(Ok(()))
-    }
-
-    fn call(&mut self, request: Request<Body>) -> Self::Future {
-        let mut router = Router::clone(&self.0.load());
-        tower::Service::call(&mut router, request)
     }
 }
 

@@ -226,9 +226,9 @@ pub(super) fn read(
 fn tls_file_digests(redis: &RedisSettings) -> Vec<(&'static str, u64)> {
     let tls = &redis.tls;
     [
-        ("tls_ca_file", &tls.ca_file),
-        ("tls_cert_file", &tls.cert_file),
-        ("tls_key_file", &tls.key_file),
+        ("rate_limit.redis.tls_ca_file", &tls.ca_file),
+        ("rate_limit.redis.tls_cert_file", &tls.cert_file),
+        ("rate_limit.redis.tls_key_file", &tls.key_file),
     ]
     .into_iter()
     .filter_map(|(key, f)| {
