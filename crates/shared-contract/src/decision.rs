@@ -9,6 +9,9 @@ use crate::ids::{PolicyId, PolicyRevision};
 pub enum Source {
     /// The shared Redis state: one answer across every instance.
     GlobalRedis,
+    /// This process's exact denial cache: a denial the shared state is known to repeat
+    /// ([`crate::model::DenialBound`]), answered without a call.
+    LocalCache,
     /// This process's memory (the local provider).
     Local,
     /// This process's memory, standing in for an unavailable global provider.
@@ -19,6 +22,7 @@ impl Source {
     pub fn as_str(self) -> &'static str {
         match self {
             Source::GlobalRedis => "global_redis",
+            Source::LocalCache => "local_cache",
             Source::Local => "local",
             Source::LocalFallback => "local_fallback",
         }

@@ -2,6 +2,9 @@
 
 use std::time::Duration;
 
+mod common;
+
+use common::small_policy_named;
 use proptest::prelude::*;
 use shared_contract::model::multi::{self, Member, MultiVerdict};
 use shared_contract::model::{self, AlgorithmState, Verdict};
@@ -14,54 +17,12 @@ fn ms(v: u64) -> Duration {
     Duration::from_millis(v)
 }
 
-/// Small policies of every algorithm, so that sequences reach their limits and refill.
-fn small_policy(id: &'static str) -> impl Strategy<Value = RateLimitPolicy> {
-    let spec = prop_oneof![
-        (1u64..12, 1u64..3_000).prop_map(|(limit, w)| AlgorithmSpec::FixedWindow {
-            limit,
-            window: ms(w)
-        }),
-        (1u64..12, 1u64..3_000).prop_map(|(limit, w)| AlgorithmSpec::SlidingWindow {
-            limit,
-            window: ms(w)
-        }),
-        (1u64..12, 1u64..12, 1u64..3_000).prop_map(|(capacity, refill_amount, i)| {
-            AlgorithmSpec::TokenBucket {
-                capacity,
-                refill_amount,
-                refill_interval: ms(i),
-            }
-        }),
-        (1u64..12, 1u64..3_000, 1u64..12).prop_map(|(limit, p, burst)| AlgorithmSpec::Gcra {
-            limit,
-            period: ms(p),
-            burst
-        }),
-        (1u64..12, 1u64..3_000).prop_map(|(limit, w)| AlgorithmSpec::SlidingLog {
-            limit,
-            window: ms(w)
-        }),
-    ];
-    (spec, 1u64..12, 0u64..50).prop_filter_map("max_cost above limit", move |(a, mc, reg)| {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new(id).ok()?,
-            revision: PolicyRevision::new(1).ok()?,
-            algorithm: a,
-            max_cost: mc,
-            cleanup_grace: ms(0),
-            max_clock_regression: ms(reg),
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .ok()
-    })
-}
-
 fn policies() -> impl Strategy<Value = Vec<RateLimitPolicy>> {
     const IDS: [&str; 4] = ["a", "b", "c", "d"];
     (1usize..=4).prop_flat_map(|n| {
         IDS[..n]
             .iter()
-            .map(|id| small_policy(id))
+            .map(|id| small_policy_named(id))
             .collect::<Vec<_>>()
     })
 }
@@ -137,7 +98,7 @@ proptest! {
 
     /// With one member the multi model is the single model, step for step.
     #[test]
-    fn one_member_is_the_single_model(policy in small_policy("a"), steps in steps()) {
+    fn one_member_is_the_single_model(policy in small_policy_named("a"), steps in steps()) {
         let mut multi_state: Option<AlgorithmState> = None;
         let mut single_state: Option<AlgorithmState> = None;
         let mut now: u64 = 1_700_000_000_000;

@@ -16,6 +16,7 @@
 //!   state at all, plus `cleanup_grace_ms`.
 
 pub mod concurrency;
+pub mod denial;
 pub mod fixed_window;
 pub mod gcra;
 pub mod multi;
@@ -29,6 +30,7 @@ use crate::ids::Cost;
 use crate::policy::{Algorithm, MAX_TIME_MS, RateLimitPolicy};
 
 pub use concurrency::ConcurrencyState;
+pub use denial::DenialBound;
 pub use fixed_window::FixedWindowState;
 pub use gcra::GcraState;
 pub use sliding_log::SlidingLogState;
