@@ -52,6 +52,7 @@ mod checks;
 mod cluster;
 pub mod commands;
 mod connection;
+pub mod deny_cache;
 mod dial;
 pub mod error;
 pub mod failure;

@@ -62,17 +62,20 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt;
 use std::sync::Arc;
+use std::time::Instant;
 
 use redis::Value;
+use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
     AcquireOutcome, AcquireRequest, AlgorithmKind, EdgeRateLimitPort, IncompatibleCategory,
-    MultiOutcome, MultiRequest, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
+    MultiDecision, MultiOutcome, MultiRequest, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
     RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
     TokenSource, UnavailableCategory,
 };
 
 use crate::acl::Needs;
+use crate::deny_cache::DenyCache;
 use crate::error::{Error, SettingsProblem};
 use crate::failure::Failure;
 use crate::keys::{PolicyKeys, ReplayMember, hash_slot, replay_key};
@@ -192,6 +195,14 @@ pub struct RedisProvider {
     pool: Arc<Pool>,
     /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
     tokens: Arc<dyn TokenSource>,
+    /// The exact denial cache, shared with the providers [`Self::with_policies`] makes.
+    deny_cache: Arc<DenyCache>,
+}
+
+/// Whether `policy`'s denials are answered from the cache: opted in, and not in shadow mode
+/// (a shadow policy reports what Redis answers, always).
+fn caches(policy: &RateLimitPolicy) -> bool {
+    policy.deny_cache() && !policy.shadow()
 }
 
 impl fmt::Debug for RedisProvider {
@@ -229,12 +240,14 @@ impl RedisProvider {
         }
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
         let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
+        let deny_cache = Arc::new(DenyCache::new(settings.deny_cache_max_entries));
         Ok(Self {
             settings,
             policies,
             plans,
             pool,
             tokens: Arc::new(RandomTokens::default()),
+            deny_cache,
         })
     }
 
@@ -268,6 +281,8 @@ impl RedisProvider {
     ///
     /// The caller keeps the revision rule: a policy whose parameters change must change its
     /// revision, or its stored state would be read under parameters it was not written with.
+    /// The denial cache is shared too; the entries of a policy removed, given a new revision or
+    /// no longer cached are dropped.
     ///
     /// # Errors
     /// [`Error::Settings`] when a policy cannot be run by the programs (as in [`Self::connect`]).
@@ -286,13 +301,24 @@ impl RedisProvider {
             .iter()
             .map(|p| Ok((p.id().clone(), Plan::new(&self.settings.key_prefix, p)?)))
             .collect::<Result<HashMap<_, _>, Error>>()?;
+        self.deny_cache.retain(|id, revision| {
+            policies
+                .get(id)
+                .is_some_and(|p| p.revision() == revision && caches(p))
+        });
         Ok(Self {
             settings: self.settings.clone(),
             policies,
             plans,
             pool: self.pool.clone(),
             tokens: self.tokens.clone(),
+            deny_cache: self.deny_cache.clone(),
         })
+    }
+
+    /// The exact denial cache (shared by the providers a reload makes from this one).
+    pub fn deny_cache(&self) -> &DenyCache {
+        &self.deny_cache
     }
 
     /// The settings this provider runs with.
@@ -340,6 +366,31 @@ impl RedisProvider {
         }
     }
 
+    /// Caches each denying member of a multi-limit evaluation whose policy caches; a replayed
+    /// answer is the first decision's, whose `retry_after` counted from back then.
+    fn remember_denials(
+        &self,
+        request: &MultiRequest,
+        policies: &[&RateLimitPolicy],
+        decision: &MultiDecision,
+        sent: Instant,
+    ) {
+        if decision.replayed || decision.allowed {
+            return;
+        }
+        let now = Instant::now();
+        for ((limit, policy), member) in
+            request.limits.iter().zip(policies).zip(&decision.decisions)
+        {
+            if caches(policy)
+                && let Some(bound) = DenialBound::of_decision(policy, member, limit.cost)
+            {
+                self.deny_cache
+                    .record(policy, &limit.subject, bound, sent, now);
+            }
+        }
+    }
+
     fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
         RateLimitOutcome::Indeterminate {
             policy_id: policy.id().clone(),
@@ -358,6 +409,14 @@ impl EdgeRateLimitPort for RedisProvider {
             return Ok(outcome.into_single(&policy_id));
         }
         let policy = self.policies.admit(&request)?;
+        let cached = caches(policy);
+        if cached
+            && let Some(denial) =
+                self.deny_cache
+                    .lookup(policy, &request.subject, request.cost, Instant::now())
+        {
+            return Ok(RateLimitOutcome::Evaluated(denial));
+        }
         let Some(plan) = self.plans.get(policy.id()) else {
             // Every policy of the set has a plan (built in `connect`); this is unreachable.
             return Err(RequestError::UnknownPolicy(policy.id().clone()));
@@ -374,6 +433,8 @@ impl EdgeRateLimitPort for RedisProvider {
             cost: request.cost.get(),
         };
         let slot = hash_slot(key.as_bytes());
+        // Before the call is written, so never later than the server's reading of its clock.
+        let sent = Instant::now();
         let reply = match self
             .pool
             .run_script(&plan.program.script, slot, &call, timeout)
@@ -394,6 +455,13 @@ impl EdgeRateLimitPort for RedisProvider {
             }
         };
         let outcome = reply::outcome(&reply.value, policy);
+        if cached
+            && let RateLimitOutcome::Evaluated(d) = &outcome
+            && let Some(bound) = DenialBound::of_decision(policy, d, request.cost)
+        {
+            self.deny_cache
+                .record(policy, &request.subject, bound, sent, Instant::now());
+        }
         let allowed = matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed);
         if allowed && !reply.durable(self.settings.min_replicas_ack) {
             tracing::debug!(
@@ -413,6 +481,19 @@ impl EdgeRateLimitPort for RedisProvider {
     /// subject do); otherwise the request is refused before anything is sent.
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
         let policies = self.policies.admit_all(&request)?;
+        // A retried evaluation id must answer its stored first decision: never the cache.
+        let cached = request.evaluation_id.is_none() && policies.iter().any(|p| caches(p));
+        if cached {
+            let asked: Vec<_> = request
+                .limits
+                .iter()
+                .zip(&policies)
+                .map(|(l, p)| (*p, &l.subject, l.cost))
+                .collect();
+            if let Some(denial) = self.deny_cache.lookup_all(&asked, caches, Instant::now()) {
+                return Ok(MultiOutcome::Evaluated(denial));
+            }
+        }
         let mut members = Vec::with_capacity(policies.len());
         for (limit, policy) in request.limits.iter().zip(&policies) {
             let Some(plan) = self.plans.get(policy.id()) else {
@@ -453,6 +534,8 @@ impl EdgeRateLimitPort for RedisProvider {
         };
         let slot = hash_slot(members[0].1.as_bytes());
         let call = MultiCall { members, replay };
+        // Before the call is written, so never later than the server's reading of its clock.
+        let sent = Instant::now();
         let reply = match self
             .pool
             .run_script(&programs::MULTI, slot, &call, timeout)
@@ -477,6 +560,9 @@ impl EdgeRateLimitPort for RedisProvider {
                 policy_id: first.id().clone(),
                 category: IncompatibleCategory::Reply,
             });
+        if cached && let MultiOutcome::Evaluated(d) = &outcome {
+            self.remember_denials(&request, &policies, d, sent);
+        }
         let allowed = matches!(&outcome, MultiOutcome::Evaluated(d) if d.allowed);
         if allowed && !reply.durable(self.settings.min_replicas_ack) {
             tracing::debug!(

@@ -83,6 +83,9 @@ pub struct RedisSettings {
     /// Replicas that must acknowledge each program's writes (`WAIT`) before an allow is
     /// reported; 0 (default) is off. See the provider's docs.
     pub min_replicas_ack: u32,
+    /// Most entries of the exact denial cache (policies with `deny_cache`), default
+    /// 100,000 (about 130 bytes each, allocated as its shards fill); see `deny_cache`.
+    pub deny_cache_max_entries: usize,
 }
 
 impl RedisSettings {
@@ -124,6 +127,7 @@ impl RedisSettings {
             password: None,
             strict_eviction_policy: false,
             min_replicas_ack: 0,
+            deny_cache_max_entries: 100_000,
         }
     }
 
@@ -225,6 +229,18 @@ impl RedisSettings {
                     "must be between 0 and {}, got {}",
                     Self::MAX_REPLICAS_ACK,
                     self.min_replicas_ack
+                ),
+            );
+        }
+        if self.deny_cache_max_entries == 0
+            || self.deny_cache_max_entries > crate::deny_cache::MAX_ENTRIES
+        {
+            problems.push(
+                "deny_cache_max_entries",
+                format!(
+                    "must be between 1 and {}, got {}",
+                    crate::deny_cache::MAX_ENTRIES,
+                    self.deny_cache_max_entries
                 ),
             );
         }
@@ -543,6 +559,7 @@ impl fmt::Debug for RedisSettings {
             .field("password", &self.password.as_ref().map(|_| "<redacted>"))
             .field("strict_eviction_policy", &self.strict_eviction_policy)
             .field("min_replicas_ack", &self.min_replicas_ack)
+            .field("deny_cache_max_entries", &self.deny_cache_max_entries)
             .finish()
     }
 }

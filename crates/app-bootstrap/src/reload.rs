@@ -18,7 +18,8 @@
 //! that shapes its state or its decisions (algorithm, limits, window, `max_cost`,
 //! `cleanup_grace`, `max_clock_regression`) must raise its `revision`: its state then starts
 //! empty under the new revision. A revision never goes down (an older revision's state may
-//! still be stored). `shadow` and `failure_policy` change no state and need no new revision.
+//! still be stored). `shadow`, `failure_policy` and `deny_cache` change no state and need no
+//! new revision.
 //! Policies may be added and removed; a policy removed and later added back should come back
 //! with a revision above any it had.
 //!
@@ -49,7 +50,7 @@ const RELOADABLE: &[&str] = &[
 ];
 
 /// Policy keys that change no stored state: no new revision needed.
-const STATELESS_POLICY_KEYS: &[&str] = &["revision", "shadow", "failure_policy"];
+const STATELESS_POLICY_KEYS: &[&str] = &["revision", "shadow", "failure_policy", "deny_cache"];
 
 /// Whether `next` may replace `running` in a running app.
 ///

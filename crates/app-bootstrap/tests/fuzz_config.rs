@@ -93,6 +93,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "connections",
             "min_replicas_ack",
             "strict_eviction_policy",
+            "deny_cache_max_entries",
         ],
     ),
     (
@@ -111,6 +112,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "cleanup_grace",
             "max_clock_regression",
             "failure_policy",
+            "deny_cache",
         ],
     ),
     (

@@ -1,7 +1,8 @@
 //! End-to-end tests of the real binary with the redis provider, each on its own
 //! `redis-server` (the acceptance-tests harness): disabled mode opens no connection, two
 //! instances sharing one Redis enforce one limit exactly, and a Redis outage is answered per
-//! the failure policy and recovered from within 2 s.
+//! the failure policy and recovered from within 2 s, and a `deny_cache` policy answers a
+//! repeated denial locally.
 
 mod common;
 
@@ -241,4 +242,32 @@ async fn redis_outage_follows_the_failure_policy_and_recovers_within_two_seconds
     eprintln!("recovered {recovered:?} after Redis returned");
     assert!(recovered < Duration::from_secs(2), "{recovered:?}");
     assert!(closed.log().contains("circuit breaker"), "{}", closed.log());
+}
+
+#[tokio::test]
+async fn a_repeated_denial_of_a_deny_cache_policy_is_answered_locally() {
+    let server = RedisServer::start();
+    let policy = "algorithm = \"fixed_window\"\nlimit = 1\nwindow = \"1h\"\ndeny_cache = true";
+    let app = App::start(&redis_config(server.url(), "fail_closed", policy, ""), &[]);
+    let c = reqwest::Client::new();
+    let mut sources = Vec::new();
+    for _ in 0..3 {
+        let (status, _, v) = evaluate(&c, &app, r#"{"subject":"hot"}"#).await;
+        sources.push((status, v["allowed"].clone(), v["source"].clone()));
+    }
+    let expect = |status: u16, allowed: bool, source: &str| {
+        (
+            status,
+            serde_json::json!(allowed),
+            serde_json::json!(source),
+        )
+    };
+    assert_eq!(
+        sources,
+        [
+            expect(200, true, "global_redis"),
+            expect(429, false, "global_redis"),
+            expect(429, false, "local_cache"),
+        ]
+    );
 }

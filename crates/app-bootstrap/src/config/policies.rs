@@ -27,6 +27,7 @@ const COMMON_KEYS: &[&str] = &[
     "max_clock_regression",
     "failure_policy",
     "shadow",
+    "deny_cache",
 ];
 const ALGORITHM_KEYS: &[&str] = &[
     "limit",
@@ -153,6 +154,9 @@ fn read_policy(
         check_failure_policy(c, &at("failure_policy"), f);
     }
     let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
+    let deny_cache = c
+        .bool(&at("deny_cache"), d.get("deny_cache"))
+        .unwrap_or(false);
     let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
     // The contract's checks run whenever the parameters could be read, even next to other
     // problems of this policy, so that they are reported in the same pass.
@@ -172,7 +176,7 @@ fn read_policy(
     };
     let policy = c
         .owned(path, RateLimitPolicy::new(spec))
-        .map(|p| p.with_shadow(shadow));
+        .map(|p| p.with_shadow(shadow).with_deny_cache(deny_cache));
     policy.filter(|_| c.count() == before)
 }
 
@@ -322,6 +326,7 @@ pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
         o.ms("max_clock_regression", p.max_clock_regression_ms());
         o.str("failure_policy", p.failure_policy().as_str());
         o.raw("shadow", p.shadow());
+        o.raw("deny_cache", p.deny_cache());
     }
 }
 
@@ -474,33 +479,42 @@ lease_ttl = "30s"
 
 #[cfg(all(test, feature = "local"))]
 mod shadow_tests {
-    use shared_contract::PolicyId;
+    use shared_contract::{PolicyId, RateLimitPolicy};
 
     use crate::config::from_toml;
     use crate::settings::RateLimitSettings;
 
+    /// `shadow` and `deny_cache`: off unless set, read as booleans, shown by `--check`.
     #[test]
-    fn a_policy_may_be_put_in_shadow_mode() {
-        let file = r#"
-[rate_limit]
-enabled = true
-provider = "local"
-default_policy = "a"
-[rate_limit.policies.a]
-algorithm = "fixed_window"
-limit = 5
-window = "1s"
-shadow = true
-"#;
-        let s = from_toml(file).expect("valid");
-        let RateLimitSettings::Enabled(e) = &s.rate_limit else {
-            panic!("enabled");
-        };
-        let a = e.policies.get(&PolicyId::new("a").expect("id")).expect("a");
-        assert!(a.shadow());
-        assert!(s.render().contains("shadow = true"), "{}", s.render());
-        let e = from_toml(&file.replace("shadow = true", "shadow = \"yes\""))
-            .expect_err("not a boolean");
-        assert!(e.names("rate_limit.policies.a.shadow"), "{e}");
+    fn a_policy_may_be_put_in_shadow_mode_or_cache_its_denials() {
+        type Flag = fn(&RateLimitPolicy) -> bool;
+        let flags: [(&str, Flag); 2] = [
+            ("shadow", RateLimitPolicy::shadow),
+            ("deny_cache", RateLimitPolicy::deny_cache),
+        ];
+        for (flag, get) in flags {
+            let file = format!(
+                "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"a\"\n\
+                 [rate_limit.policies.a]\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\n{flag} = true\n\
+                 [rate_limit.policies.b]\nalgorithm = \"gcra\"\nlimit = 5\nperiod = \"1s\"\nburst = 5\n"
+            );
+            let s = from_toml(&file).expect("valid");
+            let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+                panic!("enabled");
+            };
+            let policy = |id: &str| {
+                e.policies
+                    .get(&PolicyId::new(id).expect("id"))
+                    .expect("a policy")
+            };
+            assert!(get(policy("a")) && !get(policy("b")), "{flag}");
+            let shown = s.render();
+            assert!(shown.contains(&format!("{flag} = true")), "{shown}");
+            assert!(shown.contains(&format!("{flag} = false")), "{shown}");
+            let e =
+                from_toml(&file.replace(&format!("{flag} = true"), &format!("{flag} = \"yes\"")))
+                    .expect_err("not a boolean");
+            assert!(e.names(&format!("rate_limit.policies.a.{flag}")), "{e}");
+        }
     }
 }

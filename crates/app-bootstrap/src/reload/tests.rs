@@ -87,10 +87,10 @@ fn a_revision_never_goes_down() {
 }
 
 #[test]
-fn shadow_and_failure_policy_need_no_new_revision() {
+fn shadow_failure_policy_and_deny_cache_need_no_new_revision() {
     let next = BASE.replace(
         "revision = 3",
-        "revision = 3\nshadow = true\nfailure_policy = \"fail_open\"",
+        "revision = 3\nshadow = true\nfailure_policy = \"fail_open\"\ndeny_cache = true",
     );
     assert_eq!(check(&settings(BASE), &settings(&next)), Ok(()));
 }

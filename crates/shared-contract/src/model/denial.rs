@@ -59,6 +59,26 @@ impl DenialBound {
         })
     }
 
+    /// The bound a provider's denial `decision` of `cost` proves: the same figures as the
+    /// evaluation it reports ([`Self::of`]), for a decision of `policy`'s current revision.
+    pub fn of_decision(
+        policy: &RateLimitPolicy,
+        decision: &RateLimitDecision,
+        cost: Cost,
+    ) -> Option<Self> {
+        let cached = !decision.allowed
+            && decision.retry_after_ms > 0
+            && decision.revision == policy.revision()
+            && policy.kind() != AlgorithmKind::Concurrency;
+        cached.then_some(DenialBound {
+            cost: cost.get(),
+            retry_after_ms: decision.retry_after_ms,
+            limit: decision.limit,
+            remaining: decision.remaining,
+            reset_at_ms: decision.reset_at_ms,
+        })
+    }
+
     /// Whether the bound denies `cost` once `elapsed_ms` have passed since the denial.
     pub fn covers(&self, elapsed_ms: u64, cost: u64) -> bool {
         cost >= self.cost && elapsed_ms < self.retry_after_ms

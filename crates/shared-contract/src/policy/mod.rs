@@ -264,6 +264,7 @@ pub struct RateLimitPolicy {
     max_clock_regression_ms: u64,
     failure_policy: FailurePolicy,
     shadow: bool,
+    deny_cache: bool,
 }
 
 impl RateLimitPolicy {
@@ -334,6 +335,7 @@ impl RateLimitPolicy {
                 max_clock_regression_ms,
                 failure_policy: spec.failure_policy,
                 shadow: false,
+                deny_cache: false,
             }),
             _ => Err(PolicyErrors(errors)),
         }
@@ -374,6 +376,18 @@ impl RateLimitPolicy {
     #[must_use]
     pub fn with_shadow(mut self, shadow: bool) -> Self {
         self.shadow = shadow;
+        self
+    }
+    /// Whether a provider with shared state may answer a repeated denial from this process's
+    /// exact denial cache ([`crate::model::DenialBound`]) instead of a call: off unless set.
+    /// Like shadow mode it changes no state and no decision, only where a denial comes from.
+    pub fn deny_cache(&self) -> bool {
+        self.deny_cache
+    }
+    /// The same policy, its denials cached when `deny_cache` (see [`Self::deny_cache`]).
+    #[must_use]
+    pub fn with_deny_cache(mut self, deny_cache: bool) -> Self {
+        self.deny_cache = deny_cache;
         self
     }
     /// The rules shared by all algorithms, as the models take them.
