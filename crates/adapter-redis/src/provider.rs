@@ -84,6 +84,7 @@ use crate::reply_multi;
 use crate::resp;
 use crate::script::ScriptArgs;
 use crate::settings::RedisSettings;
+use crate::telemetry::ClockMetrics;
 
 /// Everything one policy needs per request, computed once.
 #[derive(Debug)]
@@ -96,6 +97,8 @@ struct Plan {
     argc: usize,
     /// `ARGV[2..]`, already encoded as RESP bulk strings.
     args_resp: Vec<u8>,
+    /// The policy's clock metrics, fed by every reply of its member.
+    clock: ClockMetrics,
 }
 
 impl Plan {
@@ -111,6 +114,7 @@ impl Plan {
             keys: PolicyKeys::new(prefix, policy)?,
             argc: 1 + args.len(),
             args_resp,
+            clock: ClockMetrics::new(policy.id()),
         })
     }
 }
@@ -393,7 +397,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 return Ok(self.indeterminate(policy));
             }
         };
-        let outcome = reply::outcome(&reply.value, policy);
+        let outcome = reply::observed(&reply.value, policy, |r| plan.clock.single(r));
         let allowed = matches!(&outcome, RateLimitOutcome::Evaluated(d) if d.allowed);
         if allowed && !reply.durable(self.settings.min_replicas_ack) {
             tracing::debug!(
@@ -472,11 +476,14 @@ impl EdgeRateLimitPort for RedisProvider {
                 return Ok(self.indeterminate_all(first));
             }
         };
-        let outcome =
-            reply_multi::outcome(&reply.value, &policies).unwrap_or(MultiOutcome::Incompatible {
-                policy_id: first.id().clone(),
-                category: IncompatibleCategory::Reply,
-            });
+        let clocks = call.members.iter().map(|(plan, _, _)| &plan.clock);
+        let outcome = reply_multi::observed(&reply.value, &policies, |r| {
+            ClockMetrics::multi(r, clocks);
+        })
+        .unwrap_or(MultiOutcome::Incompatible {
+            policy_id: first.id().clone(),
+            category: IncompatibleCategory::Reply,
+        });
         let allowed = matches!(&outcome, MultiOutcome::Evaluated(d) if d.allowed);
         if allowed && !reply.durable(self.settings.min_replicas_ack) {
             tracing::debug!(
