@@ -1,8 +1,8 @@
 //! The Redis provider against a real, healthy server: script cache recovery, key privacy and
 //! rolling, exactness across instances under contention, state it cannot use (wrong type,
-//! clock regression), a server out of memory, settings refused by name, and
-//! `min_replicas_ack`. Faults (a server killed, frozen, restarted, slow; the admission bound;
-//! the caller's deadline) are in `redis_faults.rs`, ACL users in `redis_tls_acl.rs`.
+//! clock regression, and the clock metrics it moves), a server out of memory, settings
+//! refused by name, and `min_replicas_ack`. Faults (a server killed, frozen, restarted, slow;
+//! the admission bound; the caller's deadline) are in `redis_faults.rs`, ACL users in `redis_tls_acl.rs`.
 //!
 //! Every test starts its own server, so they run in parallel.
 
@@ -15,9 +15,10 @@ use acceptance_tests::redis_provider::{OnePolicy, connect, daily_policy, query, 
 use acceptance_tests::redis_server::RedisServer;
 use adapter_redis::programs;
 use adapter_redis::{RedisProvider, RedisSettings};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 use shared_contract::{
-    AlgorithmKind, EdgeRateLimitPort, IncompatibleCategory, RateLimitOutcome, SubjectDigest,
-    UnavailableCategory,
+    AlgorithmKind, EdgeRateLimitPort, EvaluationId, IncompatibleCategory, RateLimitOutcome,
+    SubjectDigest, UnavailableCategory,
 };
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -324,6 +325,57 @@ async fn a_small_clock_regression_is_clamped_and_decided() {
         RateLimitOutcome::Evaluated(d) => assert!(d.allowed && d.remaining == 2, "{d:?}"),
         other => panic!("expected a decision at the clamped time, got {other:?}"),
     }
+}
+
+/// The value of the `/metrics` series `series` (its labels in registration order).
+fn metric(handle: &PrometheusHandle, series: &str) -> Option<f64> {
+    let text = handle.render();
+    text.lines()
+        .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clamped_and_unsafe_clocks_are_counted_per_policy_and_the_skew_is_sampled() {
+    let f = OnePolicy::start("clockm", AlgorithmKind::Gcra, 5, |_| {}).await;
+    let p = &f.policy;
+    // The same provider over again, its metrics registered with a recorder of the test's own.
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let provider = metrics::with_local_recorder(&recorder, || {
+        f.provider.with_policies(policy_set(vec![p.clone()]))
+    })
+    .expect("the same policies");
+    let events = |kind: &str| {
+        let series = format!("rate_limit_clock_events_total{{policy=\"clockm\",kind=\"{kind}\"}}");
+        metric(&handle, &series)
+    };
+    assert_eq!(
+        (events("clamped"), events("unsafe")),
+        (Some(0.0), Some(0.0))
+    );
+    // The single program, then the multi-limit one (an evaluation id): each member's state
+    // 500 ms ahead (clamped), then 60 s ahead (beyond max_clock_regression: unsafe).
+    for (tag, ahead_ms) in [(30, 500), (31, 60_000)] {
+        let key = provider.state_key(p.id(), &subject(tag)).expect("a key");
+        let _ = plant_future_state(&f.server, &key, ahead_ms);
+        let _ = outcome(&provider, p, subject(tag)).await;
+    }
+    for (tag, ahead_ms) in [(32, 500), (33, 60_000)] {
+        let key = provider.state_key(p.id(), &subject(tag)).expect("a key");
+        let _ = plant_future_state(&f.server, &key, ahead_ms);
+        let mut r = request(p, subject(tag), 1);
+        r.evaluation_id = Some(EvaluationId::new(&format!("clock-{tag}")).expect("an id"));
+        let _ = provider.evaluate(r).await.expect("an acceptable request");
+    }
+    // A fresh subject: neither.
+    assert!(allowed(&provider, p, subject(34)).await);
+    assert_eq!(
+        (events("clamped"), events("unsafe")),
+        (Some(2.0), Some(2.0))
+    );
+    // The server runs on this host: its clock and ours agree within a round trip.
+    let skew = metric(&handle, "rate_limit_redis_clock_skew_seconds").expect("a gauge");
+    assert!(skew.abs() < 2.0, "{skew}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

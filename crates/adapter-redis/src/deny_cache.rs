@@ -18,11 +18,19 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
 
+use metrics::{Counter, Gauge};
 use shared_contract::model::DenialBound;
 use shared_contract::{
     Cost, MultiDecision, PolicyId, PolicyRevision, RateLimitDecision, RateLimitPolicy, Source,
     SubjectDigest,
 };
+
+/// Metric names, as `/metrics` shows them (hits are
+/// `rate_limit_decisions_by_source_total{source="local_cache"}`).
+pub mod names {
+    pub const ENTRIES: &str = "rate_limit_deny_cache_entries";
+    pub const EVICTIONS: &str = "rate_limit_deny_cache_evictions_total";
+}
 
 /// Shards, each behind its own lock.
 pub const SHARDS: usize = 64;
@@ -81,6 +89,9 @@ pub struct DenyCache {
     sets: usize,
     entries: AtomicUsize,
     evictions: AtomicU64,
+    /// [`names::ENTRIES`], set after each write; [`names::EVICTIONS`].
+    entries_gauge: Gauge,
+    evictions_counter: Counter,
 }
 
 impl DenyCache {
@@ -94,6 +105,8 @@ impl DenyCache {
             sets: max_entries / ways,
             entries: AtomicUsize::new(0),
             evictions: AtomicU64::new(0),
+            entries_gauge: metrics::gauge!(names::ENTRIES),
+            evictions_counter: metrics::counter!(names::EVICTIONS),
         }
     }
 
@@ -137,6 +150,8 @@ impl DenyCache {
         if left == 0 {
             *slot = None;
             self.entries.fetch_sub(1, Ordering::Relaxed);
+            drop(shard);
+            self.publish();
             return None;
         }
         // `left <= retry_after - margin`, so the elapsed time given is at least the margin.
@@ -201,6 +216,18 @@ impl DenyCache {
             ends,
             bound,
         };
+        let recorded = self.insert(entry, now);
+        if recorded == Recorded::Evicted {
+            self.evictions_counter.increment(1);
+        }
+        // Ended entries of the set were cleared as well.
+        self.publish();
+        recorded
+    }
+
+    /// Puts `entry` in its set (see [`Self::record`]).
+    fn insert(&self, entry: Entry, now: Instant) -> Recorded {
+        let subject = &entry.subject;
         let (mut shard, range) = self.set(&entry.policy, entry.revision, subject);
         if shard.slots.is_empty() {
             // Allocated once, at the shard's first entry: all of its sets.
@@ -222,7 +249,7 @@ impl DenyCache {
         }) {
             let old = slot.as_ref().map(|e| (e.bound.cost, e.ends));
             if old.is_some_and(|(cost, ends)| {
-                bound.cost < cost || (bound.cost == cost && entry.ends > ends)
+                entry.bound.cost < cost || (entry.bound.cost == cost && entry.ends > ends)
             }) {
                 *slot = Some(entry);
             }
@@ -242,6 +269,12 @@ impl DenyCache {
         Recorded::Evicted
     }
 
+    /// Sets the entries gauge to the count now.
+    fn publish(&self) {
+        #[allow(clippy::cast_precision_loss)] // at most MAX_ENTRIES, exact in an f64
+        self.entries_gauge.set(self.len() as f64);
+    }
+
     /// Drops every entry whose policy and revision `keep` refuses (a reload that removed a
     /// policy, changed its revision or stopped caching it).
     pub fn retain(&self, keep: impl Fn(&PolicyId, PolicyRevision) -> bool) {
@@ -254,6 +287,7 @@ impl DenyCache {
                 }
             }
         }
+        self.publish();
     }
 
     /// The key's set, among all shards' sets.

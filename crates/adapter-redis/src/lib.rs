@@ -21,6 +21,7 @@
 //! | programs | one [`script::Script`] type for every embedded Lua program | [`script`] |
 //! | | the rate-limit programs and their arguments | [`programs`] |
 //! | | physical keys (`<prefix>:{tag}digest`, no raw subject) | [`keys`] |
+//! | | the clock metrics sampled from the programs' replies (skew, clamped, unsafe) | [`telemetry`] |
 //! | one connection | the multiplexed connection: buffer, writer, reader, at-most-once calls | `wire` |
 //! | | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
 //! | | TLS for `rediss://` | [`tls`] |
@@ -70,6 +71,7 @@ mod resp;
 pub mod script;
 mod sentinel;
 pub mod settings;
+pub mod telemetry;
 pub mod tls;
 mod wire;
 

@@ -87,6 +87,7 @@ use crate::reply_multi;
 use crate::resp;
 use crate::script::ScriptArgs;
 use crate::settings::RedisSettings;
+use crate::telemetry::ClockMetrics;
 
 /// Everything one policy needs per request, computed once.
 #[derive(Debug)]
@@ -99,6 +100,8 @@ struct Plan {
     argc: usize,
     /// `ARGV[2..]`, already encoded as RESP bulk strings.
     args_resp: Vec<u8>,
+    /// The policy's clock metrics, fed by every reply of its member.
+    clock: ClockMetrics,
 }
 
 impl Plan {
@@ -114,6 +117,7 @@ impl Plan {
             keys: PolicyKeys::new(prefix, policy)?,
             argc: 1 + args.len(),
             args_resp,
+            clock: ClockMetrics::new(policy.id()),
         })
     }
 }
@@ -454,7 +458,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 return Ok(self.indeterminate(policy));
             }
         };
-        let outcome = reply::outcome(&reply.value, policy);
+        let outcome = reply::observed(&reply.value, policy, |r| plan.clock.single(r));
         if cached
             && let RateLimitOutcome::Evaluated(d) = &outcome
             && let Some(bound) = DenialBound::of_decision(policy, d, request.cost)
@@ -555,11 +559,14 @@ impl EdgeRateLimitPort for RedisProvider {
                 return Ok(self.indeterminate_all(first));
             }
         };
-        let outcome =
-            reply_multi::outcome(&reply.value, &policies).unwrap_or(MultiOutcome::Incompatible {
-                policy_id: first.id().clone(),
-                category: IncompatibleCategory::Reply,
-            });
+        let clocks = call.members.iter().map(|(plan, _, _)| &plan.clock);
+        let outcome = reply_multi::observed(&reply.value, &policies, |r| {
+            ClockMetrics::multi(r, clocks);
+        })
+        .unwrap_or(MultiOutcome::Incompatible {
+            policy_id: first.id().clone(),
+            category: IncompatibleCategory::Reply,
+        });
         if cached && let MultiOutcome::Evaluated(d) = &outcome {
             self.remember_denials(&request, &policies, d, sent);
         }

@@ -259,7 +259,17 @@ pub fn decide(reply: &Reply, policy: &RateLimitPolicy) -> Result<RateLimitOutcom
 
 /// [`parse`] then [`decide`]; any refusal is `Incompatible(reply)`.
 pub fn outcome(value: &Value, policy: &RateLimitPolicy) -> RateLimitOutcome {
-    match parse(value).and_then(|r| decide(&r, policy)) {
+    observed(value, policy, |_| {})
+}
+
+/// [`outcome`], showing `observe` the parsed reply when it made sense (the provider's clock
+/// metrics, `crate::telemetry`); a refused reply is not shown.
+pub fn observed(
+    value: &Value,
+    policy: &RateLimitPolicy,
+    observe: impl FnOnce(&Reply),
+) -> RateLimitOutcome {
+    match parse(value).and_then(|r| decide(&r, policy).inspect(|_| observe(&r))) {
         Ok(outcome) => outcome,
         Err(error) => {
             tracing::warn!(policy = %policy.id(), %error, "refused a program reply");

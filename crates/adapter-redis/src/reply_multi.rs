@@ -192,19 +192,29 @@ pub fn decide(
 /// `policies` must not be empty (a `Limits` never is); an empty slice answers
 /// `Incompatible(reply)` of no policy it could name, so it is refused by the caller first.
 pub fn outcome(value: &Value, policies: &[&RateLimitPolicy]) -> Option<MultiOutcome> {
+    observed(value, policies, |_| {})
+}
+
+/// [`outcome`], showing `observe` the parsed reply when it made sense (the provider's clock
+/// metrics, `crate::telemetry`); a refused reply is not shown.
+pub fn observed(
+    value: &Value,
+    policies: &[&RateLimitPolicy],
+    observe: impl FnOnce(&MultiReply),
+) -> Option<MultiOutcome> {
     let first = policies.first()?;
-    Some(
-        match parse(value, policies.len()).and_then(|r| decide(&r, policies)) {
-            Ok(outcome) => outcome,
-            Err(error) => {
-                tracing::warn!(policy = %first.id(), %error, "refused a multi-limit program reply");
-                MultiOutcome::Incompatible {
-                    policy_id: first.id().clone(),
-                    category: IncompatibleCategory::Reply,
-                }
+    let decided =
+        parse(value, policies.len()).and_then(|r| decide(&r, policies).inspect(|_| observe(&r)));
+    Some(match decided {
+        Ok(outcome) => outcome,
+        Err(error) => {
+            tracing::warn!(policy = %first.id(), %error, "refused a multi-limit program reply");
+            MultiOutcome::Incompatible {
+                policy_id: first.id().clone(),
+                category: IncompatibleCategory::Reply,
             }
-        },
-    )
+        }
+    })
 }
 
 #[cfg(test)]

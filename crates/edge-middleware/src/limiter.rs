@@ -20,7 +20,7 @@ use metrics::{Counter, Histogram};
 use shared_contract::{
     Cost, Deadline, EdgeRateLimitPort, EvaluationId, FailurePolicy, Limit, Limits, MultiOutcome,
     MultiRequest, PolicyId, PolicySet, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
-    RequestError, SubjectDigest,
+    RequestError, Source, SubjectDigest,
 };
 use tracing::Instrument as _;
 
@@ -29,6 +29,7 @@ use crate::subject::SubjectHasher;
 /// Metric names, as `/metrics` shows them.
 pub mod names {
     pub const DECISIONS: &str = "rate_limit_decisions_total";
+    pub const DECISIONS_BY_SOURCE: &str = "rate_limit_decisions_by_source_total";
     pub const LATENCY: &str = "rate_limit_evaluation_duration_seconds";
     pub const PROVIDER_ERRORS: &str = "rate_limit_provider_errors_total";
     pub const BREAKER_STATE: &str = "rate_limit_circuit_breaker_state";
@@ -47,9 +48,18 @@ const ERROR_CATEGORIES: [&str; 10] = [
     "reply",
 ];
 
-/// One policy's decision counters ([`names::DECISIONS`] by outcome) and latency histogram,
-/// registered once: public so that another entry point (the gRPC server) records under the
-/// same names and labels.
+/// Every decision source, in the order of [`PolicyMetrics`]'s per-source counters.
+const SOURCES: [Source; 4] = [
+    Source::GlobalRedis,
+    Source::LocalCache,
+    Source::Local,
+    Source::LocalFallback,
+];
+
+/// One policy's decision counters ([`names::DECISIONS`] by outcome,
+/// [`names::DECISIONS_BY_SOURCE`] by who decided) and latency histogram, registered once:
+/// public so that another entry point (the gRPC server) records under the same names and
+/// labels.
 #[derive(Debug)]
 pub struct PolicyMetrics {
     pub allowed: Counter,
@@ -61,6 +71,8 @@ pub struct PolicyMetrics {
     /// refused it.
     pub shadow_denied: Counter,
     pub latency: Histogram,
+    /// One counter per [`SOURCES`] entry: see [`Self::count_source`].
+    by_source: [Counter; SOURCES.len()],
 }
 
 impl PolicyMetrics {
@@ -74,6 +86,16 @@ impl PolicyMetrics {
             incompatible: c("incompatible"),
             shadow_denied: c("shadow_denied"),
             latency: metrics::histogram!(names::LATENCY, "policy" => policy.as_str().to_owned()),
+            by_source: SOURCES.map(|source| metrics::counter!(names::DECISIONS_BY_SOURCE, "policy" => policy.as_str().to_owned(), "source" => source.as_str())),
+        }
+    }
+
+    /// Counts one evaluated decision (allowed or denied, shadow mode included) under its
+    /// `source`, wherever `allowed`, `denied` or `shadow_denied` is counted. A source this
+    /// build does not know (the contract's enum is open) is not counted.
+    pub fn count_source(&self, source: Source) {
+        if let Some(i) = SOURCES.iter().position(|s| *s == source) {
+            self.by_source[i].increment(1);
         }
     }
 }
@@ -522,6 +544,9 @@ impl Limiter {
     fn record(&self, entry: &Entry, outcome: &RateLimitOutcome, shadow: bool, seconds: f64) {
         let m = &entry.metrics;
         m.latency.record(seconds);
+        if let RateLimitOutcome::Evaluated(d) = outcome {
+            m.count_source(d.source);
+        }
         match outcome {
             RateLimitOutcome::Evaluated(d) if d.allowed => m.allowed.increment(1),
             RateLimitOutcome::Evaluated(_) if shadow => m.shadow_denied.increment(1),

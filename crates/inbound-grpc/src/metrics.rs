@@ -4,8 +4,9 @@
 //! Each limit of an evaluation counts under its own policy: `allowed` or `denied` as its own
 //! decision said (a limit that would have admitted in a denied evaluation counts `allowed`,
 //! although nothing was charged), or the evaluation's failure (`unavailable`,
-//! `indeterminate`, `incompatible`) for every limit of it. Handles are registered once, when
-//! the service is built.
+//! `indeterminate`, `incompatible`) for every limit of it. Every limit with a decision also
+//! counts under its decision's source (`rate_limit_decisions_by_source_total`). Handles are
+//! registered once, when the service is built.
 
 use std::collections::HashMap;
 use std::time::Duration;
@@ -42,8 +43,15 @@ impl Metrics {
             m.latency.record(elapsed.as_secs_f64());
             let counter = match outcome {
                 MultiOutcome::Evaluated(d) => match d.decisions.get(i) {
-                    Some(decision) if decision.allowed => &m.allowed,
-                    _ => &m.denied,
+                    Some(decision) => {
+                        m.count_source(decision.source);
+                        if decision.allowed {
+                            &m.allowed
+                        } else {
+                            &m.denied
+                        }
+                    }
+                    None => &m.denied,
                 },
                 MultiOutcome::Unavailable { .. } => &m.unavailable,
                 MultiOutcome::Indeterminate { .. } => &m.indeterminate,
@@ -65,6 +73,9 @@ impl Metrics {
             return;
         };
         m.latency.record(elapsed.as_secs_f64());
+        if let RateLimitOutcome::Evaluated(d) = outcome {
+            m.count_source(d.source);
+        }
         let counter = match outcome {
             RateLimitOutcome::Evaluated(d) if d.allowed => &m.allowed,
             RateLimitOutcome::Evaluated(_) => &m.shadow_denied,

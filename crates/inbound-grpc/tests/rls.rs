@@ -14,6 +14,7 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::RateLimitServiceClient;
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use inbound_grpc::{Limits, RlsService, UnknownDescriptor};
+use metrics_exporter_prometheus::PrometheusBuilder;
 use shared_contract::{
     AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId,
     PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy,
@@ -521,7 +522,12 @@ async fn the_health_service_reports_serving() {
 }
 
 #[tokio::test]
-async fn a_shadow_policy_is_charged_and_never_over_limit() {
+async fn a_shadow_policy_is_charged_never_over_limit_and_every_decision_counted_by_source() {
+    // The service registers its metrics with this recorder (a current-thread runtime: the
+    // test's thread builds it).
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let _recording = ::metrics::set_default_local_recorder(&recorder);
     // ip (1 per minute) in shadow mode, tenant (5 per minute) enforced.
     let set = PolicySet::new(
         [
@@ -558,6 +564,14 @@ async fn a_shadow_policy_is_charged_and_never_over_limit() {
             "request {i}: the shadow denial does not keep tenant from being charged"
         );
         assert!(header(&r, "retry-after").is_none());
+    }
+    // ip: one allow, two shadow denials; tenant: three allows; all the local provider's.
+    let text = handle.render();
+    for policy in ["ip", "tenant"] {
+        let line = format!(
+            "rate_limit_decisions_by_source_total{{policy=\"{policy}\",source=\"local\"}} 3"
+        );
+        assert!(text.lines().any(|l| l == line), "{line} in\n{text}");
     }
 }
 

@@ -270,4 +270,20 @@ async fn a_repeated_denial_of_a_deny_cache_policy_is_answered_locally() {
             expect(429, false, "local_cache"),
         ]
     );
+    let text = common::metrics(&c, &app).await;
+    let by = |source: &str| {
+        let series =
+            format!("rate_limit_decisions_by_source_total{{policy=\"api\",source=\"{source}\"}}");
+        common::sample(&text, &series)
+    };
+    assert_eq!(
+        (by("global_redis"), by("local_cache")),
+        (2.0, 1.0),
+        "{text}"
+    );
+    assert_eq!(
+        common::sample(&text, "rate_limit_deny_cache_entries"),
+        1.0,
+        "{text}"
+    );
 }

@@ -280,3 +280,25 @@ fn concurrent_lookups_and_records_stay_consistent() {
         .count();
     assert_eq!(found, cache.len());
 }
+
+#[test]
+fn entries_and_evictions_are_published_as_metrics() {
+    use metrics_exporter_prometheus::PrometheusBuilder;
+    let recorder = PrometheusBuilder::new().build_recorder();
+    let handle = recorder.handle();
+    let cache = metrics::with_local_recorder(&recorder, || DenyCache::new(8));
+    let sample = |series: &str| -> Option<f64> {
+        handle
+            .render()
+            .lines()
+            .find_map(|l| l.strip_prefix(series)?.strip_prefix(' ')?.parse().ok())
+    };
+    let (p, t0) = (policy("p", 1), Instant::now());
+    for n in 0..10 {
+        cache.record(&p, &subject(n), bound(1, 60_000), t0, t0);
+    }
+    assert_eq!(sample("rate_limit_deny_cache_entries"), Some(8.0));
+    assert_eq!(sample("rate_limit_deny_cache_evictions_total"), Some(2.0));
+    cache.retain(|_, _| false);
+    assert_eq!(sample("rate_limit_deny_cache_entries"), Some(0.0));
+}
