@@ -1,4 +1,4 @@
-# Sourced by cluster-compare.sh and replica-ack.sh (not run): private daemonized
+# Sourced by cluster-compare.sh, replica-ack.sh and deny-cache.sh (not run): private daemonized
 # redis-server processes in a temporary directory, all stopped when the script exits.
 # Sets DIR; `start_redis PORT [ARGS...]` starts one (loopback, no persistence) and waits for
 # its PONG.

@@ -5,7 +5,7 @@
 //! rl-bench --provider redis|local|grpc [--redis-url URL] [--grpc-addr HOST:PORT] --algorithm NAME --keys N --concurrency C
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
-//!          [--min-replicas-ack N] [--policies 1..8]
+//!          [--min-replicas-ack N] [--policies 1..8] [--deny-cache on|off] [--limit N]
 //! ```
 //!
 //! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
@@ -24,7 +24,9 @@
 //! the key number, so Redis sees the same key shapes production does.
 //!
 //! Policies (one per algorithm, cost 1): limit/capacity/burst 1000 per second (sliding log:
-//! 100 per second, its state holds one entry per admitted request). A hot key is therefore
+//! 100 per second, its state holds one entry per admitted request), or `--limit` per second.
+//! With `--deny-cache on` they have `deny_cache` (the Redis provider's exact denial cache);
+//! the report counts the decisions the cache answered (`local_cache`). A hot key is therefore
 //! mostly denied, a spread of many keys mostly allowed; both are decisions. With
 //! `--policies N` (N > 1) each decision is one multi-limit evaluation (`evaluate_all`) of N
 //! such policies (`bench`, `bench-2`, ...) for the key's subject; a decision then counts
@@ -48,8 +50,9 @@ use hdrhistogram::Histogram;
 use sha2::{Digest as _, Sha256};
 use shared_contract::{
     AlgorithmKind, AlgorithmSpec, Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits,
-    MultiOutcome, MultiRequest, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, Readiness, SubjectDigest, SystemClock,
+    MultiOutcome, MultiRequest, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitDecision,
+    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, Source, SubjectDigest,
+    SystemClock,
 };
 
 /// Which provider to drive.
@@ -122,6 +125,21 @@ pub struct Args {
     /// The gRPC rate-limit service for `--provider grpc` (host:port).
     #[arg(long, default_value = "127.0.0.1:8081")]
     pub grpc_addr: String,
+    /// on | off (default): the policies' `deny_cache` (the Redis provider's exact denial
+    /// cache; the local provider ignores it).
+    #[arg(long, default_value = "off", value_parser = ["on", "off"])]
+    pub deny_cache: String,
+    /// What each policy admits per second (default 1000; sliding log 100). A denial lasts
+    /// until the quota is back: a lower rate makes denials longer, which the deny cache needs.
+    #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
+    pub limit: Option<u64>,
+}
+
+impl Args {
+    /// Whether `--deny-cache on`.
+    pub fn deny_cache_on(&self) -> bool {
+        self.deny_cache == "on"
+    }
 }
 
 fn parse_algorithm(s: &str) -> Result<AlgorithmKind, String> {
@@ -177,30 +195,38 @@ pub fn spec_admitting(kind: AlgorithmKind, limit: u64, span: Duration) -> Option
 /// # Errors
 /// Never for the built-in parameters; the `Result` carries the contract's validation.
 pub fn bench_policy(kind: AlgorithmKind) -> anyhow::Result<RateLimitPolicy> {
-    bench_policy_with_id(kind, "bench")
+    bench_policy_with_id(kind, "bench", None)
 }
 
-/// The `n` policies of a `--policies n` run: [`bench_policy`], then the same under the ids
-/// `bench-2`, `bench-3`, ...
+/// The `n` policies of a `--policies n` run: [`bench_policy`] (admitting `limit` per
+/// second when given), then the same under the ids `bench-2`, `bench-3`, ...
 ///
 /// # Errors
-/// Never for the built-in parameters; the `Result` carries the contract's validation.
-pub fn bench_policies(kind: AlgorithmKind, n: u64) -> anyhow::Result<Vec<RateLimitPolicy>> {
+/// When the contract refuses the parameters.
+pub fn bench_policies(
+    kind: AlgorithmKind,
+    n: u64,
+    limit: Option<u64>,
+) -> anyhow::Result<Vec<RateLimitPolicy>> {
     (1..=n)
         .map(|i| match i {
-            1 => bench_policy(kind),
-            _ => bench_policy_with_id(kind, &format!("bench-{i}")),
+            1 => bench_policy_with_id(kind, "bench", limit),
+            _ => bench_policy_with_id(kind, &format!("bench-{i}"), limit),
         })
         .collect()
 }
 
-fn bench_policy_with_id(kind: AlgorithmKind, id: &str) -> anyhow::Result<RateLimitPolicy> {
+fn bench_policy_with_id(
+    kind: AlgorithmKind,
+    id: &str,
+    limit: Option<u64>,
+) -> anyhow::Result<RateLimitPolicy> {
     // The sliding log's state holds one entry per admitted request: a smaller limit.
-    let limit = if kind == AlgorithmKind::SlidingLog {
+    let limit = limit.unwrap_or(if kind == AlgorithmKind::SlidingLog {
         100
     } else {
         1000
-    };
+    });
     let Some(algorithm) = spec_admitting(kind, limit, Duration::from_secs(1)) else {
         bail!("rl-bench has no policy for {kind}");
     };
@@ -266,6 +292,8 @@ pub struct Report {
     pub concurrency: u64,
     /// Limits per decision (`--policies`).
     pub policies: u64,
+    /// `--deny-cache on`.
+    pub deny_cache: bool,
     pub elapsed: Duration,
     pub allowed: u64,
     pub denied: u64,
@@ -273,6 +301,8 @@ pub struct Report {
     pub indeterminate: u64,
     pub incompatible: u64,
     pub refused: u64,
+    /// Decisions answered by the exact denial cache (`"source":"local_cache"`).
+    pub local_cache: u64,
     pub latency_ns: Histogram<u64>,
 }
 
@@ -310,6 +340,8 @@ impl Report {
             "keys": self.keys,
             "concurrency": self.concurrency,
             "policies": self.policies,
+            "deny_cache": if self.deny_cache { "on" } else { "off" },
+            "local_cache": self.local_cache,
         })
     }
 
@@ -321,11 +353,16 @@ impl Report {
             ("keys", self.keys.to_string()),
             ("concurrency", self.concurrency.to_string()),
             ("policies", self.policies.to_string()),
+            (
+                "deny cache",
+                if self.deny_cache { "on" } else { "off" }.to_owned(),
+            ),
             ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
             ("decisions", self.decisions().to_string()),
             ("decisions/s", format!("{:.0}", self.decisions_per_s())),
             ("allowed", self.allowed.to_string()),
             ("denied", self.denied.to_string()),
+            ("local cache", self.local_cache.to_string()),
             (
                 "errors",
                 format!(
@@ -420,6 +457,7 @@ pub(crate) struct Tally {
     indeterminate: u64,
     incompatible: u64,
     refused: u64,
+    local_cache: u64,
     latency_ns: Histogram<u64>,
 }
 
@@ -432,6 +470,7 @@ impl Tally {
             indeterminate: 0,
             incompatible: 0,
             refused: 0,
+            local_cache: 0,
             latency_ns: histogram()?,
         })
     }
@@ -443,6 +482,7 @@ impl Tally {
         self.indeterminate += t.indeterminate;
         self.incompatible += t.incompatible;
         self.refused += t.refused;
+        self.local_cache += t.local_cache;
         self.latency_ns
             .add(&t.latency_ns)
             .context("merging histograms")
@@ -451,13 +491,13 @@ impl Tally {
 
 /// One decision of every policy in `policy_ids` for `key`: a single evaluation for one
 /// policy, else one multi-limit evaluation; (allowed, denied, unavailable, indeterminate,
-/// incompatible, refused) as 0/1.
+/// incompatible, refused, answered by the denial cache) as 0/1.
 async fn decide(
     port: &dyn EdgeRateLimitPort,
     policy_ids: &[PolicyId],
     key: u64,
     deadline: Deadline,
-) -> anyhow::Result<[u64; 6]> {
+) -> anyhow::Result<[u64; 7]> {
     if let [policy_id] = policy_ids {
         let request = RateLimitRequest {
             policy_id: policy_id.clone(),
@@ -467,12 +507,12 @@ async fn decide(
             deadline,
         };
         return Ok(match port.evaluate(request).await {
-            Ok(RateLimitOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0],
-            Ok(RateLimitOutcome::Evaluated(_)) => [0, 1, 0, 0, 0, 0],
-            Ok(RateLimitOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0],
-            Ok(RateLimitOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0],
-            Ok(RateLimitOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0],
-            Err(_) => [0, 0, 0, 0, 0, 1],
+            Ok(RateLimitOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0, 0],
+            Ok(RateLimitOutcome::Evaluated(d)) => [0, 1, 0, 0, 0, 0, cached(&d)],
+            Ok(RateLimitOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0, 0],
+            Ok(RateLimitOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0, 0],
+            Ok(RateLimitOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0, 0],
+            Err(_) => [0, 0, 0, 0, 0, 1, 0],
         });
     }
     let limits = policy_ids
@@ -489,13 +529,18 @@ async fn decide(
         deadline,
     };
     Ok(match port.evaluate_all(request).await {
-        Ok(MultiOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0],
-        Ok(MultiOutcome::Evaluated(_)) => [0, 1, 0, 0, 0, 0],
-        Ok(MultiOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0],
-        Ok(MultiOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0],
-        Ok(MultiOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0],
-        Err(_) => [0, 0, 0, 0, 0, 1],
+        Ok(MultiOutcome::Evaluated(d)) if d.allowed => [1, 0, 0, 0, 0, 0, 0],
+        Ok(MultiOutcome::Evaluated(d)) => [0, 1, 0, 0, 0, 0, cached(&d.decisions[0])],
+        Ok(MultiOutcome::Unavailable { .. }) => [0, 0, 1, 0, 0, 0, 0],
+        Ok(MultiOutcome::Indeterminate { .. }) => [0, 0, 0, 1, 0, 0, 0],
+        Ok(MultiOutcome::Incompatible { .. }) => [0, 0, 0, 0, 1, 0, 0],
+        Err(_) => [0, 0, 0, 0, 0, 1, 0],
     })
+}
+
+/// 1 when the exact denial cache answered `d`.
+fn cached(d: &RateLimitDecision) -> u64 {
+    u64::from(d.source == Source::LocalCache)
 }
 
 async fn worker(
@@ -515,7 +560,7 @@ async fn worker(
         if started >= stop {
             return Ok(t);
         }
-        let [a, d, u, i, c, r] = decide(&*port, &policy_ids, key, deadline).await?;
+        let [a, d, u, i, c, r, l] = decide(&*port, &policy_ids, key, deadline).await?;
         let ns = started.elapsed().as_nanos().clamp(1, 60_000_000_000) as u64;
         t.latency_ns.saturating_record(ns);
         t.allowed += a;
@@ -524,6 +569,7 @@ async fn worker(
         t.indeterminate += i;
         t.incompatible += c;
         t.refused += r;
+        t.local_cache += l;
     }
 }
 
@@ -538,7 +584,10 @@ pub async fn run(args: Args) -> anyhow::Result<Report> {
         let total = grpc::run(args.clone(), started + args.duration).await?;
         return Ok(report(&args, started, total));
     }
-    let all = bench_policies(args.algorithm, args.policies)?;
+    let all: Vec<_> = bench_policies(args.algorithm, args.policies, args.limit)?
+        .into_iter()
+        .map(|p| p.with_deny_cache(args.deny_cache_on()))
+        .collect();
     let policy_ids: Arc<Vec<PolicyId>> = Arc::new(all.iter().map(|p| p.id().clone()).collect());
     let policies = PolicySet::new(all, policy_ids[0].clone())?;
     let port = provider(&args, policies).await?;
@@ -569,6 +618,7 @@ fn report(args: &Args, started: Instant, total: Tally) -> Report {
         keys: args.keys,
         concurrency: args.concurrency,
         policies: args.policies,
+        deny_cache: args.deny_cache_on(),
         elapsed: started.elapsed(),
         allowed: total.allowed,
         denied: total.denied,
@@ -576,217 +626,10 @@ fn report(args: &Args, started: Instant, total: Tally) -> Report {
         indeterminate: total.indeterminate,
         incompatible: total.incompatible,
         refused: total.refused,
+        local_cache: total.local_cache,
         latency_ns: total.latency_ns,
     }
 }
 
 #[cfg(test)]
-mod tests {
-    use clap::Parser as _;
-
-    use super::*;
-
-    #[test]
-    fn the_documented_command_line_parses() {
-        let a = Args::try_parse_from([
-            "rl-bench",
-            "--provider",
-            "redis",
-            "--redis-url",
-            "redis://127.0.0.1:7000/0",
-            "--algorithm",
-            "token_bucket",
-            "--keys",
-            "1000000",
-            "--concurrency",
-            "64",
-            "--duration",
-            "10s",
-            "--hot-key-share",
-            "0.5",
-            "--json",
-        ])
-        .expect("valid arguments");
-        assert_eq!(a.provider, ProviderKind::Redis);
-        assert_eq!(a.algorithm, AlgorithmKind::TokenBucket);
-        assert_eq!((a.keys, a.concurrency), (1_000_000, 64));
-        assert_eq!(a.duration, Duration::from_secs(10));
-        assert!(a.json && (a.hot_key_share - 0.5).abs() < f64::EPSILON);
-        assert_eq!(a.topology, "standalone");
-        assert_eq!((a.connections, a.min_replicas_ack), (1, 0));
-    }
-
-    #[test]
-    fn topology_options_parse_and_bad_ones_are_refused() {
-        let base = [
-            "rl-bench",
-            "--provider",
-            "redis",
-            "--algorithm",
-            "gcra",
-            "--keys",
-            "10",
-            "--concurrency",
-            "4",
-            "--duration",
-            "1s",
-        ];
-        let with = |extra: &[&str]| {
-            let mut v: Vec<&str> = base.to_vec();
-            v.extend_from_slice(extra);
-            Args::try_parse_from(v)
-        };
-        let a = with(&[
-            "--topology",
-            "cluster",
-            "--redis-url",
-            "redis://127.0.0.1:7000,redis://127.0.0.1:7001",
-            "--connections",
-            "2",
-            "--min-replicas-ack",
-            "1",
-        ])
-        .expect("valid arguments");
-        assert_eq!(a.topology, "cluster");
-        assert_eq!((a.connections, a.min_replicas_ack), (2, 1));
-        assert!(with(&["--topology", "ring"]).is_err());
-        assert!(with(&["--connections", "0"]).is_err());
-        assert!(with(&["--min-replicas-ack", "17"]).is_err());
-    }
-
-    #[test]
-    fn bad_values_are_refused() {
-        let base = ["rl-bench", "--provider", "local", "--algorithm", "gcra"];
-        let with = |extra: &[&str]| {
-            let mut v: Vec<&str> = base.to_vec();
-            v.extend_from_slice(extra);
-            Args::try_parse_from(v)
-        };
-        let ok = ["--keys", "1", "--concurrency", "1", "--duration", "1s"];
-        assert!(with(&ok).is_ok());
-        assert!(with(&["--keys", "0", "--concurrency", "1", "--duration", "1s"]).is_err());
-        assert!(with(&["--keys", "1", "--concurrency", "0", "--duration", "1s"]).is_err());
-        assert!(with(&["--keys", "1", "--concurrency", "1", "--duration", "soon"]).is_err());
-        let mut hot = ok.to_vec();
-        hot.extend(["--hot-key-share", "1.5"]);
-        assert!(with(&hot).is_err());
-        assert!(parse_algorithm("leaky_bucket").is_err());
-    }
-
-    #[test]
-    fn every_algorithm_has_a_valid_bench_policy() {
-        for kind in AlgorithmKind::RATE {
-            assert_eq!(bench_policy(kind).map(|p| p.kind()).ok(), Some(kind));
-        }
-    }
-
-    #[test]
-    fn hot_key_share_sends_that_share_to_key_zero() {
-        let mut rng = SplitMix::new(1);
-        let n = 100_000;
-        let hot = (0..n)
-            .filter(|_| pick_key(&mut rng, 1_000_000, 0.3) == 0)
-            .count();
-        let share = hot as f64 / n as f64;
-        assert!((share - 0.3).abs() < 0.01, "{share}");
-        let all_in_range = (0..n).all(|_| pick_key(&mut rng, 10, 0.0) < 10);
-        assert!(all_in_range);
-    }
-
-    #[test]
-    fn json_has_the_documented_fields() {
-        let mut latency_ns = histogram().expect("histogram");
-        latency_ns.record(50_000).expect("in range");
-        let r = Report {
-            provider: ProviderKind::Local,
-            algorithm: AlgorithmKind::Gcra,
-            keys: 10,
-            concurrency: 2,
-            policies: 1,
-            elapsed: Duration::from_secs(2),
-            allowed: 3,
-            denied: 1,
-            unavailable: 1,
-            indeterminate: 0,
-            incompatible: 0,
-            refused: 0,
-            latency_ns,
-        };
-        let j = r.to_json();
-        let obj = j.as_object().expect("an object");
-        let mut keys: Vec<_> = obj.keys().map(String::as_str).collect();
-        keys.sort_unstable();
-        assert_eq!(
-            keys,
-            [
-                "algorithm",
-                "allowed",
-                "concurrency",
-                "decisions",
-                "decisions_per_s",
-                "denied",
-                "errors",
-                "keys",
-                "p50_us",
-                "p999_us",
-                "p99_us",
-                "policies",
-                "provider"
-            ]
-        );
-        assert_eq!(j["decisions"], 4);
-        assert_eq!(j["errors"], 1);
-        assert_eq!(j["decisions_per_s"], 2.0);
-        assert_eq!(j["provider"], "local");
-        assert_eq!(j["algorithm"], "gcra");
-        assert!((j["p50_us"].as_f64().unwrap_or(0.0) - 50.0).abs() < 0.1);
-    }
-
-    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-    async fn a_short_local_run_reports_decisions() {
-        for policies in ["1", "3"] {
-            let args = Args::try_parse_from([
-                "rl-bench",
-                "--provider",
-                "local",
-                "--algorithm",
-                "fixed_window",
-                "--keys",
-                "1",
-                "--concurrency",
-                "2",
-                "--duration",
-                "200ms",
-                "--policies",
-                policies,
-            ])
-            .expect("valid arguments");
-            let r = run(args).await.expect("a run");
-            // One hot key with limit 1000 per second (each policy): 1000 allowed in the first
-            // window at most (two windows can be touched in 200 ms), the rest denied.
-            assert!(r.decisions() > 1000, "{}", r.table());
-            assert!(r.allowed <= 2000 && r.denied > 0, "{}", r.table());
-            assert_eq!(r.errors(), 0);
-            assert_eq!(r.policies.to_string(), policies);
-        }
-        assert!(
-            Args::try_parse_from([
-                "rl-bench",
-                "--provider",
-                "local",
-                "--algorithm",
-                "gcra",
-                "--keys",
-                "1",
-                "--concurrency",
-                "1",
-                "--duration",
-                "1s",
-                "--policies",
-                "9",
-            ])
-            .is_err(),
-            "more than 8 limits per decision"
-        );
-    }
-}
+mod tests;
