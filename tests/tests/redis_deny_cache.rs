@@ -341,3 +341,37 @@ async fn every_local_answer_is_a_denial_the_model_gives_at_that_server_time() {
         5 * DECISIONS
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn callers_looping_on_cached_denials_do_not_starve_the_connection() {
+    let server = RedisServer::start();
+    let day = Duration::from_secs(86_400);
+    let p = cached_policy("loop", AlgorithmKind::FixedWindow, 1, day);
+    let provider = std::sync::Arc::new(connect(settings(&server), vec![p.clone()]).await);
+    assert!(decide(&provider, &p, subject(8), 1).await.allowed);
+    assert!(!decide(&provider, &p, subject(8), 1).await.allowed);
+    // More callers than worker threads, each looping on hits that await nothing.
+    let stop = Instant::now() + Duration::from_millis(1_500);
+    let loops: Vec<_> = (0..4)
+        .map(|_| {
+            let (provider, p) = (provider.clone(), p.clone());
+            tokio::spawn(async move {
+                let mut hits = 0u64;
+                while Instant::now() < stop {
+                    let d = decide(&provider, &p, subject(8), 1).await;
+                    hits += u64::from(d.source == Source::LocalCache);
+                }
+                hits
+            })
+        })
+        .collect();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    // Meanwhile a request that needs Redis gets its answer, in time.
+    for n in 0..20 {
+        let d = decide(&provider, &p, subject(100 + n), 1).await;
+        assert!(d.allowed && d.source == Source::GlobalRedis, "{d:?}");
+    }
+    for l in loops {
+        assert!(l.await.expect("a loop") > 1_000);
+    }
+}

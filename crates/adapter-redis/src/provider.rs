@@ -419,6 +419,9 @@ impl EdgeRateLimitPort for RedisProvider {
                 self.deny_cache
                     .lookup(policy, &request.subject, request.cost, Instant::now())
         {
+            // A hit awaits nothing: give the runtime its turn now and then, or a caller looping
+            // on hits would starve the connections' tasks.
+            tokio::task::coop::consume_budget().await;
             return Ok(RateLimitOutcome::Evaluated(denial));
         }
         let Some(plan) = self.plans.get(policy.id()) else {
@@ -495,6 +498,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 .map(|(l, p)| (*p, &l.subject, l.cost))
                 .collect();
             if let Some(denial) = self.deny_cache.lookup_all(&asked, caches, Instant::now()) {
+                tokio::task::coop::consume_budget().await;
                 return Ok(MultiOutcome::Evaluated(denial));
             }
         }
