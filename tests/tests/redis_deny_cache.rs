@@ -2,7 +2,8 @@
 //! no program call and ends with its bound; a smaller cost, a shadow policy, an evaluation id
 //! and a policy without `deny_cache` always ask Redis; a multi-limit evaluation is denied whole
 //! by one cached member; a reload drops the entries of a new revision; state lost by Redis
-//! leaves the cache stricter, never looser; and a differential check over 10,000 decisions
+//! (flushed, or a restart without persistence, the cache answering while Redis is down) leaves
+//! the cache stricter, never looser; a differential check over 20,000 decisions
 //! that every local answer is a denial the model gives at that server time.
 //!
 //! Every test starts its own server, so they run in parallel.
@@ -374,4 +375,52 @@ async fn callers_looping_on_cached_denials_do_not_starve_the_connection() {
     for l in loops {
         assert!(l.await.expect("a loop") > 1_000);
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_restart_that_loses_state_is_never_an_extra_admission() {
+    let mut server = RedisServer::start();
+    let p = cached_policy(
+        "restart",
+        AlgorithmKind::SlidingLog,
+        1,
+        Duration::from_secs(2),
+    );
+    let provider = connect(settings(&server), vec![p.clone()]).await;
+    let s = subject(9);
+    assert!(decide(&provider, &p, s, 1).await.allowed);
+    let denied = decide(&provider, &p, s, 1).await;
+    assert!(!denied.allowed && denied.source == Source::GlobalRedis);
+    let ends = Instant::now() + Duration::from_millis(denied.retry_after_ms);
+    // Down and back without its state: the cached denial still holds (it is true of every
+    // admission Redis could have made before it ended), Redis alone would now admit.
+    server.restart();
+    let during = decide(&provider, &p, s, 1).await;
+    assert!(
+        !during.allowed && during.source == Source::LocalCache,
+        "{during:?}"
+    );
+    acceptance_tests::eventually::eventually(
+        "the provider reconnects",
+        Duration::from_secs(5),
+        Duration::from_millis(50),
+        async || match provider.evaluate(request(&p, subject(10), 1)).await {
+            Ok(RateLimitOutcome::Evaluated(d)) => Ok(d),
+            other => Err(other),
+        },
+    )
+    .await;
+    if Instant::now() + Duration::from_millis(50) < ends {
+        let after = decide(&provider, &p, s, 1).await;
+        assert!(
+            !after.allowed && after.source == Source::LocalCache,
+            "{after:?}"
+        );
+    }
+    tokio::time::sleep(ends.saturating_duration_since(Instant::now())).await;
+    let later = decide(&provider, &p, s, 1).await;
+    assert!(
+        later.allowed && later.source == Source::GlobalRedis,
+        "{later:?}"
+    );
 }
