@@ -123,7 +123,8 @@ async fn a_smaller_cost_a_shadow_policy_an_id_and_an_uncached_policy_ask_redis()
     let shadow = cached_policy("shadow", AlgorithmKind::FixedWindow, 3, day).with_shadow(true);
     let plain = TestPolicy::of("plain", AlgorithmKind::FixedWindow, 3, day)
         .max_cost(3)
-        .build();
+        .build()
+        .with_deny_cache(false);
     let provider = connect(
         settings(&server),
         vec![cached.clone(), shadow.clone(), plain.clone()],

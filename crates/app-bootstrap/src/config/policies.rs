@@ -154,9 +154,10 @@ fn read_policy(
         check_failure_policy(c, &at("failure_policy"), f);
     }
     let shadow = c.bool(&at("shadow"), d.get("shadow")).unwrap_or(false);
+    // On unless turned off: exact for every rate algorithm (docs/operations.md).
     let deny_cache = c
         .bool(&at("deny_cache"), d.get("deny_cache"))
-        .unwrap_or(false);
+        .unwrap_or(true);
     let algorithm = kind.and_then(|kind| read_algorithm(c, path, d, kind));
     // The contract's checks run whenever the parameters could be read, even next to other
     // problems of this policy, so that they are reported in the same pass.
@@ -484,18 +485,20 @@ mod shadow_tests {
     use crate::config::from_toml;
     use crate::settings::RateLimitSettings;
 
-    /// `shadow` and `deny_cache`: off unless set, read as booleans, shown by `--check`.
+    /// `shadow` (off unless set) and `deny_cache` (on unless turned off): read as booleans,
+    /// shown by `--check`.
     #[test]
-    fn a_policy_may_be_put_in_shadow_mode_or_cache_its_denials() {
+    fn a_policy_may_be_put_in_shadow_mode_or_stop_caching_its_denials() {
         type Flag = fn(&RateLimitPolicy) -> bool;
-        let flags: [(&str, Flag); 2] = [
-            ("shadow", RateLimitPolicy::shadow),
-            ("deny_cache", RateLimitPolicy::deny_cache),
+        let flags: [(&str, Flag, bool); 2] = [
+            ("shadow", RateLimitPolicy::shadow, false),
+            ("deny_cache", RateLimitPolicy::deny_cache, true),
         ];
-        for (flag, get) in flags {
+        for (flag, get, default) in flags {
+            let set = format!("{flag} = {}", !default);
             let file = format!(
                 "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"a\"\n\
-                 [rate_limit.policies.a]\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\n{flag} = true\n\
+                 [rate_limit.policies.a]\nalgorithm = \"fixed_window\"\nlimit = 5\nwindow = \"1s\"\n{set}\n\
                  [rate_limit.policies.b]\nalgorithm = \"gcra\"\nlimit = 5\nperiod = \"1s\"\nburst = 5\n"
             );
             let s = from_toml(&file).expect("valid");
@@ -507,13 +510,16 @@ mod shadow_tests {
                     .get(&PolicyId::new(id).expect("id"))
                     .expect("a policy")
             };
-            assert!(get(policy("a")) && !get(policy("b")), "{flag}");
+            assert_eq!(
+                (get(policy("a")), get(policy("b"))),
+                (!default, default),
+                "{flag}"
+            );
             let shown = s.render();
             assert!(shown.contains(&format!("{flag} = true")), "{shown}");
             assert!(shown.contains(&format!("{flag} = false")), "{shown}");
-            let e =
-                from_toml(&file.replace(&format!("{flag} = true"), &format!("{flag} = \"yes\"")))
-                    .expect_err("not a boolean");
+            let e = from_toml(&file.replace(&set, &format!("{flag} = \"yes\"")))
+                .expect_err("not a boolean");
             assert!(e.names(&format!("rate_limit.policies.a.{flag}")), "{e}");
         }
     }

@@ -335,7 +335,7 @@ impl RateLimitPolicy {
                 max_clock_regression_ms,
                 failure_policy: spec.failure_policy,
                 shadow: false,
-                deny_cache: false,
+                deny_cache: true,
             }),
             _ => Err(PolicyErrors(errors)),
         }
@@ -379,7 +379,8 @@ impl RateLimitPolicy {
         self
     }
     /// Whether a provider with shared state may answer a repeated denial from this process's
-    /// exact denial cache ([`crate::model::DenialBound`]) instead of a call: off unless set.
+    /// exact denial cache ([`crate::model::DenialBound`]) instead of a call: on unless turned
+    /// off (it is exact for every rate algorithm; concurrency policies are never cached).
     /// Like shadow mode it changes no state and no decision, only where a denial comes from.
     pub fn deny_cache(&self) -> bool {
         self.deny_cache
