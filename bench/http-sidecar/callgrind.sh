@@ -1,6 +1,8 @@
 #!/bin/sh
-# Instructions and allocations per request of the release binary, under callgrind: figures
-# that other processes on the machine do not move (docs/performance.md, "HTTP layer").
+# Instructions and allocations per request of the release code, under callgrind: figures
+# that other processes on the machine do not move (docs/performance.md, "HTTP layer"). It
+# counts malloc and friends by name, so it runs the `profiling` build (release code with
+# debug info and symbols): cargo build --profile profiling -p inbound-web (BIN= another).
 #
 #   bench/http-sidecar/callgrind.sh [N] [MODES]     (needs valgrind, python3, redis-server)
 #
@@ -16,7 +18,7 @@ set -eu
 N=${1:-20000}
 MODES=${2:-off local redis sidecar}
 HERE=$(cd "$(dirname "$0")" && pwd)
-BIN=${BIN:-${CARGO_TARGET_DIR:-target}/release/inbound-web}
+BIN=${BIN:-${CARGO_TARGET_DIR:-target}/profiling/inbound-web}
 RPORT=${RPORT:-16398}
 HPORT=${HPORT:-18098}
 OUT=${OUT:-/tmp/callgrind-inbound-web}

@@ -3,6 +3,10 @@
 //! Exit status: 0 when served and shut down cleanly (or, with `--check`, when the
 //! configuration is valid); 2 for an invalid configuration, one line per problem on stderr;
 //! 1 for any other start-up failure (the port cannot be bound, ...).
+//! `inbound-web --probe URL` GETs a running app's URL and exits 0 on 200, 1 otherwise (the
+//! container image's health check).
+
+mod probe;
 
 use std::io::IsTerminal as _;
 use std::path::PathBuf;
@@ -27,10 +31,23 @@ struct Args {
     /// Validate the configuration, print the effective settings (secrets redacted), exit.
     #[arg(long)]
     check: bool,
+    /// GET this URL of a running app (`http://127.0.0.1:8080/healthz`) and exit 0 on 200,
+    /// 1 otherwise: a health check for images without curl. Reads no configuration.
+    #[arg(long, value_name = "URL", conflicts_with_all = ["config", "check"])]
+    probe: Option<String>,
 }
 
 fn main() -> ExitCode {
     let args = Args::parse();
+    if let Some(url) = &args.probe {
+        return match probe::probe(url) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("{e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
     let sources = app_bootstrap::Sources {
         file: args.config.clone(),
         env: None,
