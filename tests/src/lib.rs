@@ -4,6 +4,7 @@
 //!   algorithm, requests, subjects, evaluations; gate settings, events, port calls);
 //! - [`config`]: a configuration's settings or its problems by key path;
 //! - [`eventually`]: the one bounded wait for something that becomes true in real time;
+//! - [`requires`]: skipping a test whose tool is missing, unless CI requires it;
 //! - [`conformance`] (and its multi-limit cases, [`conformance_multi`]): the provider-neutral
 //!   conformance suite, run on every provider;
 //! - [`lua`]: the Lua programs as the tests drive them;
@@ -26,4 +27,5 @@ pub mod rate;
 pub mod redis_provider;
 pub mod redis_server;
 pub mod redis_target;
+pub mod requires;
 pub mod sentinel;

@@ -20,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use acceptance_tests::rate::random_u64;
 use acceptance_tests::redis_server::RedisServer;
+use acceptance_tests::requires::{available, missing_commands};
 
 fn root() -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -60,31 +61,14 @@ fn run(mut c: Command) -> Output {
 
 /// Whether everything the test needs is here; panics when not and it is required.
 fn ready() -> bool {
-    let missing: Vec<String> = ["podman", "buildah", "runc", "slirp4netns"]
-        .into_iter()
-        .filter(|tool| {
-            Command::new(tool)
-                .arg("--version")
-                .output()
-                .map_or(true, |o| !o.status.success())
-        })
-        .map(str::to_owned)
-        .chain((!binary().exists()).then(|| {
-            format!(
-                "{} (cargo build --release -p inbound-web)",
-                binary().display()
-            )
-        }))
-        .collect();
-    if missing.is_empty() {
-        return true;
+    let mut missing = missing_commands(&["podman", "buildah", "runc", "slirp4netns"]);
+    if !binary().exists() {
+        missing.push(format!(
+            "{} (cargo build --release -p inbound-web)",
+            binary().display()
+        ));
     }
-    assert!(
-        std::env::var_os("IMAGE_TEST_REQUIRED").is_none(),
-        "IMAGE_TEST_REQUIRED is set but these are missing: {missing:?}"
-    );
-    eprintln!("SKIPPED: the image test needs {missing:?}");
-    false
+    available("the image test", &missing, "IMAGE_TEST_REQUIRED")
 }
 
 fn free_port() -> u16 {
