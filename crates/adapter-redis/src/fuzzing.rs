@@ -4,7 +4,7 @@
 
 use redis::Value;
 
-/// [`crate::resp`]'s parser: one complete reply at the start of `bytes` and the bytes it
+/// The `resp` module's parser: one complete reply at the start of `bytes` and the bytes it
 /// took, `Ok(None)` when more bytes are needed.
 ///
 /// # Errors

@@ -17,9 +17,10 @@ use shared_contract::gate::GateSet;
 use shared_contract::{FailurePolicy, PolicyError, PolicyErrors, PolicyId, PolicySet};
 
 use edge_middleware::Rule;
-/// The gRPC server's descriptor rules and unknown-descriptor answer: the edge's types.
+// The gRPC server's descriptor rules and unknown-descriptor answer: the edge's types.
 pub use edge_middleware::descriptors::{DescriptorRules, UnknownDescriptor};
-/// Where a route's subject is read: the middleware's type, which reads it.
+// Where a route's subject and cost are read, and its header conditions: the middleware's
+// types, which read them.
 pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 
 /// Everything the reference app is configured with.

@@ -143,7 +143,7 @@ pub struct Limiter {
 
 impl Limiter {
     /// A limiter over `port`: each evaluation digests its subject with `hasher` and gets a
-    /// deadline `budget` from now ([`Deadline::MAX_BUDGET`] when `budget` is zero or longer
+    /// deadline `budget` from now ([`Deadline::MAX_BUDGET`](shared_contract::Deadline::MAX_BUDGET) when `budget` is zero or longer
     /// than that); `failure_policy` says
     /// whether a request the port could not decide goes through.
     ///

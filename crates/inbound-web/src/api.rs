@@ -387,7 +387,7 @@ pub(crate) fn shadow_json(d: &RateLimitDecision) -> Bytes {
 /// The outcome as `/v1/evaluate`'s JSON (the decision, or `outcome`, `policy` and what is
 /// known about the failure), with its status and `Retry-After`.
 ///
-/// A policy in shadow mode never denies: its decision is 200 ([`shadow_json`]), and so is an
+/// A policy in shadow mode never denies: its decision is 200 (`shadow_json`), and so is an
 /// outcome that is not a decision (`"allowed":true,"shadow":true`).
 pub fn respond(limiter: &Limiter, outcome: &RateLimitOutcome) -> Response {
     let (status, retry_ms, body) = outcome_body(limiter, outcome);

@@ -93,7 +93,7 @@ impl Export {
         Ok(Some(Self { provider }))
     }
 
-    /// The layer exporting the spans of [`TARGETS`] (at every level: the edge's spans are
+    /// The layer exporting the spans of the `TARGETS` crates (at every level: the edge's spans are
     /// `debug`, so the log's `RUST_LOG` level does not decide what is exported).
     pub fn layer<S>(&self) -> impl Layer<S> + Send + Sync + 'static
     where

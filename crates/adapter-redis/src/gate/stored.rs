@@ -4,7 +4,7 @@
 //! Every gate program refuses state written with another mode or duration
 //! (`STATE_INCOMPATIBLE`, nothing changed), so such a gate fails every call. The provider
 //! reads the two stored values (`HGET` of the meta hash) for its readiness and reports a
-//! mismatch by gate with both values; [`compare`] is the pure part. [`check_at_start`] runs it
+//! mismatch by gate with both values; [`compare`] is the pure part. `check_at_start` runs it
 //! once at start-up so that a mismatch is logged without waiting for a probe.
 
 use std::fmt;
