@@ -15,31 +15,19 @@ use std::time::Duration;
 use adapter_local::{LocalProvider, LocalSettings};
 use axum::extract::ConnectInfo;
 use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource};
-use shared_contract::{
-    AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitPolicy,
-    SystemClock,
-};
+use shared_contract::{FailurePolicy, PolicySet, RateLimitPolicy, SystemClock};
 
 type Error = Box<dyn std::error::Error>;
 
-fn policy(id: &str, limit: u64) -> Result<RateLimitPolicy, Error> {
-    Ok(RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(id)?,
-        revision: PolicyRevision::new(1)?,
-        algorithm: AlgorithmSpec::FixedWindow {
-            limit,
-            window: Duration::from_secs(10),
-        },
-        max_cost: 1,
-        cleanup_grace: Duration::from_secs(1),
-        max_clock_regression: Duration::from_secs(2),
-        failure_policy: FailurePolicy::FailClosed,
-    })?)
-}
-
 #[tokio::main]
 async fn main() -> Result<(), Error> {
-    let (user, tenant) = (policy("user", 5)?, policy("tenant", 20)?);
+    let ten_seconds = Duration::from_secs(10);
+    let user = RateLimitPolicy::fixed_window("user", 5)
+        .per(ten_seconds)
+        .build()?;
+    let tenant = RateLimitPolicy::fixed_window("tenant", 20)
+        .per(ten_seconds)
+        .build()?;
     let rules = vec![
         Rule::new(
             "/api",

@@ -40,8 +40,8 @@ pub use lease::{
 };
 pub use multi::{Limit, Limits, MAX_LIMITS, MultiDecision, MultiOutcome, MultiRequest};
 pub use policy::{
-    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyError, PolicyErrors,
-    PolicySpec, RateLimitPolicy,
+    Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyBuilder, PolicyError,
+    PolicyErrors, PolicySpec, RateLimitPolicy,
 };
 pub use port::{
     EdgeRateLimitPort, PolicySet, PolicySetError, RateLimitRequest, Readiness, RequestError,

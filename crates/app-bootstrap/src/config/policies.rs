@@ -6,8 +6,6 @@
 //! (a parameter of another algorithm is a mistake worth naming). Every bound is the
 //! contract's.
 
-use std::time::Duration;
-
 use figment::value::{Dict, Value};
 use shared_contract::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyId, PolicyRevision,
@@ -40,10 +38,10 @@ const ALGORITHM_KEYS: &[&str] = &[
     "lease_ttl",
 ];
 
-/// Defaults of the optional common fields.
-const DEFAULT_MAX_COST: u64 = 1;
-const DEFAULT_CLEANUP_GRACE: Duration = Duration::from_secs(60);
-const DEFAULT_MAX_CLOCK_REGRESSION: Duration = Duration::from_secs(2);
+// Defaults of the optional common fields: the contract's, so code and files agree.
+use shared_contract::policy::{
+    DEFAULT_CLEANUP_GRACE, DEFAULT_MAX_CLOCK_REGRESSION, DEFAULT_MAX_COST, DEFAULT_REVISION,
+};
 
 /// The parameters of each algorithm, in the order they are documented.
 fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
@@ -192,7 +190,7 @@ pub(super) fn check_failure_policy(c: &mut Check, path: &str, f: FailurePolicy) 
 /// still checked. Its bounds are worded as the contract words a policy's other counts.
 fn read_revision(c: &mut Check, path: &str, v: Option<&Value>) -> Option<PolicyRevision> {
     let Some(r) = c.whole_at_least::<u64>(path, v, MIN_COUNT) else {
-        return PolicyRevision::new(1).ok();
+        return PolicyRevision::new(DEFAULT_REVISION).ok();
     };
     match u32::try_from(r) {
         Ok(r) => {
@@ -484,6 +482,24 @@ mod shadow_tests {
 
     use crate::config::from_toml;
     use crate::settings::RateLimitSettings;
+
+    /// A policy with only its required keys is the contract's builder with its defaults: the
+    /// file and code share one set of defaults.
+    #[test]
+    fn the_defaults_of_a_file_are_the_builders() {
+        let file = "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"a\"\n\
+             [rate_limit.policies.a]\nalgorithm = \"token_bucket\"\ncapacity = 5\n\
+             refill_amount = 5\nrefill_interval = \"10s\"\n";
+        let s = from_toml(file).expect("valid");
+        let RateLimitSettings::Enabled(e) = &s.rate_limit else {
+            panic!("enabled");
+        };
+        let built = RateLimitPolicy::token_bucket("a", 5)
+            .per(std::time::Duration::from_secs(10))
+            .build()
+            .expect("valid");
+        assert_eq!(e.policies.get(built.id()), Some(&built));
+    }
 
     /// `shadow` (off unless set) and `deny_cache` (on unless turned off): read as booleans,
     /// shown by `--check`.

@@ -8,10 +8,15 @@ use std::time::Duration;
 use crate::ids::{Cost, PolicyId, PolicyRevision};
 
 mod algorithm;
+mod builder;
 
 pub use algorithm::{
     Algorithm, ConcurrencyParams, FixedWindowParams, GcraParams, SlidingLogParams,
     SlidingWindowParams, TokenBucketParams,
+};
+pub use builder::{
+    DEFAULT_CLEANUP_GRACE, DEFAULT_MAX_CLOCK_REGRESSION, DEFAULT_MAX_COST, DEFAULT_REVISION,
+    PolicyBuilder,
 };
 
 /// Latest server time (Unix ms) the models accept: 2^48-1, year 10889. Stored timestamps fit in
