@@ -62,8 +62,8 @@ use std::task::{Context, Poll};
 
 use http::{Extensions, HeaderValue, Request, Response, header};
 use shared_contract::{
-    Clock, Cost, FailurePolicy, MAX_LIMITS, MultiOutcome, RateLimitDecision, RateLimitOutcome,
-    RateLimitPolicy, SystemClock,
+    Clock, Cost, FailurePolicy, MAX_LIMITS, MultiOutcome, PolicyId, RateLimitDecision,
+    RateLimitOutcome, RateLimitPolicy, SystemClock,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -74,6 +74,7 @@ use crate::problem;
 pub use crate::rule::Rule;
 use crate::rule::{IpText, Part, RuleCost, ip_text, raw_part};
 use crate::subject::MAX_SUBJECT_BYTES;
+use crate::subject::SubjectSource;
 
 /// Reads the peer's IP address from a request's extensions, where the server put it.
 pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
@@ -139,6 +140,35 @@ impl RateLimitLayer {
                 clock: Arc::new(SystemClock),
             }),
         }
+    }
+
+    /// A layer for one route, to hang on it with axum's `route_layer`: every request that
+    /// reaches it is limited by `policy` (cost 1), its subject read from `subject`.
+    ///
+    /// The trade-off with [`Self::new`]: here the route decides what is limited, so the limit
+    /// cannot drift from the routes, and a route without the layer is never limited. A rule
+    /// list matches path prefixes, methods, hosts and headers of its own, across routes, and
+    /// can come from a configuration file (reloaded without a restart); it can also give costs
+    /// and several subjects ([`Rule`]), and every rule matching a request is one
+    /// all-or-nothing evaluation. Both can be combined: layers of both kinds on one route are
+    /// evaluated one after the other, each charging on its own.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use edge_middleware::{Limiter, RateLimitLayer, SubjectSource};
+    /// # fn limited(limiter: Arc<Limiter>, policy: shared_contract::PolicyId) -> axum::Router {
+    /// axum::Router::new()
+    ///     .route("/login", axum::routing::post(|| async { "welcome" }))
+    ///     .route_layer(RateLimitLayer::for_route(
+    ///         limiter,
+    ///         policy,
+    ///         SubjectSource::Header("x-api-key".into()),
+    ///     ))
+    ///     .route("/healthz", axum::routing::get(|| async { "ok" }))
+    /// # }
+    /// ```
+    pub fn for_route(limiter: Arc<Limiter>, policy: PolicyId, subject: SubjectSource) -> Self {
+        Self::new(limiter, vec![Rule::new("/", policy, subject)])
     }
 
     /// The same layer, reading the peer address of `ip` subjects with `peer`.
