@@ -14,8 +14,8 @@ use std::time::Duration;
 
 use adapter_local::{LocalProvider, LocalSettings};
 use axum::extract::ConnectInfo;
-use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource};
-use shared_contract::{FailurePolicy, PolicySet, RateLimitPolicy, SystemClock};
+use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectSource};
+use shared_contract::{PolicySet, RateLimitPolicy, SystemClock};
 
 type Error = Box<dyn std::error::Error>;
 
@@ -42,14 +42,11 @@ async fn main() -> Result<(), Error> {
     ];
     let policies = PolicySet::new([user.clone(), tenant], user.id().clone())?;
     let port = LocalProvider::new(policies, Arc::new(SystemClock), LocalSettings::default());
-    // With one process a random secret is fine; instances sharing a Redis need the same one.
-    let hasher = SubjectHasher::new(&SubjectSecret::random());
-    let limiter = Limiter::new(
-        Arc::new(port),
-        hasher,
-        FailurePolicy::FailClosed,
-        Duration::from_millis(100),
-    );
+    // One process: the builder's random subject secret is fine (instances sharing a Redis
+    // need the same one: `.secret(...)`); each policy says how it fails (fail_closed here).
+    let limiter = Limiter::builder(Arc::new(port))
+        .budget(Duration::from_millis(100))
+        .build();
     let layer = RateLimitLayer::new(Arc::new(limiter), rules)
         .with_peer_ip(|ext| ext.get::<ConnectInfo<SocketAddr>>().map(|c| c.0.ip()));
     let app = axum::Router::new()

@@ -107,7 +107,7 @@ pub mod subject;
 
 pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
 pub use layer::{PeerIp, RateLimit, RateLimitLayer};
-pub use limiter::{BreakerGauge, Limiter, Member, PolicyIndex};
+pub use limiter::{BreakerGauge, Limiter, LimiterBuilder, Member, PolicyIndex};
 pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
 pub use subject::{
     MAX_CONST_BYTES, MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource,

@@ -100,6 +100,56 @@ impl PolicyMetrics {
     }
 }
 
+/// A [`Limiter`] under construction ([`Limiter::builder`]).
+#[must_use = "a builder does nothing until built"]
+pub struct LimiterBuilder {
+    port: Arc<dyn EdgeRateLimitPort>,
+    secret: Option<crate::subject::SubjectSecret>,
+    budget: Duration,
+}
+
+impl LimiterBuilder {
+    /// Each evaluation's deadline when none is given.
+    pub const DEFAULT_BUDGET: Duration = Duration::from_secs(1);
+
+    /// The key subjects are digested with (at least 32 bytes); the same on every instance
+    /// that shares a provider's state.
+    pub fn secret(mut self, secret: crate::subject::SubjectSecret) -> Self {
+        self.secret = Some(secret);
+        self
+    }
+
+    /// How long one evaluation may take, from the request's arrival.
+    pub fn budget(mut self, budget: Duration) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The limiter. Registers its metrics as [`Limiter::new`] does.
+    pub fn build(self) -> Limiter {
+        let secret = self
+            .secret
+            .unwrap_or_else(crate::subject::SubjectSecret::random);
+        // Only a request for a policy the port does not know falls back to this: a policy
+        // carries its own failure policy.
+        Limiter::new(
+            self.port,
+            SubjectHasher::new(&secret),
+            FailurePolicy::FailClosed,
+            self.budget,
+        )
+    }
+}
+
+impl fmt::Debug for LimiterBuilder {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LimiterBuilder")
+            .field("secret", &self.secret.as_ref().map(|_| "<set>"))
+            .field("budget", &self.budget)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A policy of one [`Limiter`], resolved by [`Limiter::resolve`]. Only meaningful for the
 /// limiter that made it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -187,6 +237,33 @@ impl Limiter {
             by_id,
             default,
             errors,
+        }
+    }
+
+    /// A limiter over `port` with the defaults: each request's failure policy is its
+    /// policy's own (`fail_closed` unless the policy says otherwise: the one place it is
+    /// set), a random subject secret (right for one process; instances sharing a Redis must
+    /// share one: [`LimiterBuilder::secret`]), and a deadline of one second per evaluation.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use std::time::Duration;
+    /// # use shared_contract::{PolicySet, RateLimitPolicy, SystemClock};
+    /// # use adapter_local::{LocalProvider, LocalSettings};
+    /// # fn main() -> Result<(), Box<dyn std::error::Error>> {
+    /// let api = RateLimitPolicy::token_bucket("api", 5).per(Duration::from_secs(10)).build()?;
+    /// let policies = PolicySet::new([api.clone()], api.id().clone())?;
+    /// let port = LocalProvider::new(policies, Arc::new(SystemClock), LocalSettings::default());
+    /// let limiter = edge_middleware::Limiter::builder(Arc::new(port)).build();
+    /// assert!(!limiter.fails_open(api.id()));
+    /// # Ok(())
+    /// # }
+    /// ```
+    pub fn builder(port: Arc<dyn EdgeRateLimitPort>) -> LimiterBuilder {
+        LimiterBuilder {
+            port,
+            secret: None,
+            budget: LimiterBuilder::DEFAULT_BUDGET,
         }
     }
 

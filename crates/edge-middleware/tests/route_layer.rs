@@ -7,8 +7,8 @@ use std::time::Duration;
 use adapter_local::{LocalProvider, LocalSettings};
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
-use edge_middleware::{Limiter, RateLimitLayer, SubjectHasher, SubjectSecret, SubjectSource};
-use shared_contract::{FailurePolicy, PolicySet, RateLimitPolicy, SystemClock};
+use edge_middleware::{Limiter, RateLimitLayer, SubjectSource};
+use shared_contract::{PolicySet, RateLimitPolicy, SystemClock};
 use tower::ServiceExt as _;
 
 fn router() -> axum::Router {
@@ -19,12 +19,7 @@ fn router() -> axum::Router {
     let id = login.id().clone();
     let policies = PolicySet::new([login], id.clone()).expect("a set");
     let port = LocalProvider::new(policies, Arc::new(SystemClock), LocalSettings::default());
-    let limiter = Limiter::new(
-        Arc::new(port),
-        SubjectHasher::new(&SubjectSecret::random()),
-        FailurePolicy::FailClosed,
-        Duration::from_secs(1),
-    );
+    let limiter = Limiter::builder(Arc::new(port)).build();
     axum::Router::new()
         .route("/login", axum::routing::post(|| async { "welcome" }))
         .route_layer(RateLimitLayer::for_route(
