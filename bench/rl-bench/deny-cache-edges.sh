@@ -16,11 +16,11 @@ BIN=${BIN:-${CARGO_TARGET_DIR:-$ROOT/target}/release/inbound-web}
 N=${N:-300000}
 PORT=${PORT:-18297}; HPORT=${HPORT:-18298}; RPORT=${RPORT:-18299}
 [ -x "$BIN" ] || { echo "no $BIN: cargo build --release -p inbound-web" >&2; exit 2; }
-TMP=$(mktemp -d)
+. "$ROOT/bench/rl-bench/redis-servers.sh"
+TMP=$DIR
 APID=
-trap 'kill $APID 2>/dev/null || true; redis-cli -p $RPORT shutdown nosave >/dev/null 2>&1 || true; rm -rf "$TMP"' EXIT
-redis-server --port "$RPORT" --bind 127.0.0.1 --save '' --appendonly no --dir "$TMP" --daemonize yes --logfile "$TMP/redis.log"
-i=0; until redis-cli -p "$RPORT" ping >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done
+trap 'kill $APID 2>/dev/null || true; cleanup' EXIT
+start_redis "$RPORT"
 config() { # deny_cache
   cat <<TOML
 [http]
@@ -49,20 +49,9 @@ entries = ["key"]
 policy = "api"
 TOML
 }
-# One gRPC-framed RateLimitRequest {domain: "bench", descriptors: [{entries: [{key: "key",
-# value: "hot"}]}], hits_addend: 1}, protobuf written out by hand.
-python3 - "$TMP/call.bin" <<'PY'
-import sys
-def field(tag, payload): return bytes([tag << 3 | 2, len(payload)]) + payload
-entry = field(1, b"key") + field(2, b"hot")
-msg = field(1, b"bench") + field(2, field(1, entry)) + bytes([3 << 3 | 0, 1])
-open(sys.argv[1], "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
-PY
+. "$ROOT/bench/rl-bench/grpc-call.sh"
+rls_call hot
 tick=$(getconf CLK_TCK)
-cpu() { awk '{print $14 + $15}' "/proc/$APID/stat"; }
-calls() { redis-cli -p "$RPORT" INFO commandstats | tr -d '\r' | awk -F'[=,:]' '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'; }
-grpc() { h2load "$@" -c 2 -m 32 -d "$TMP/call.bin" -H 'content-type: application/grpc' -H 'te: trailers' \
-  "http://127.0.0.1:$PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit"; }
 echo "# fixed_window 100/s, Redis provider, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| round | edge | deny_cache | req/s | latency | server CPU per request (us) | program calls per request |"
 echo "| --- | --- | --- | ---: | ---: | ---: | ---: |"
@@ -76,20 +65,20 @@ while [ "$round" -le "$ROUNDS" ]; do
     # HTTP: wrk, 1 thread, 64 connections.
     wrk -t1 -c64 -d1s -s "$ROOT/bench/http-sidecar/hot-key.lua" "http://127.0.0.1:$HPORT" >/dev/null
     redis-cli -p "$RPORT" CONFIG RESETSTAT >/dev/null
-    before=$(cpu)
+    before=$(app_cpu)
     out=$(wrk -t1 -c64 -d"${SECS}s" --latency -s "$ROOT/bench/http-sidecar/hot-key.lua" "http://127.0.0.1:$HPORT")
-    after=$(cpu); c=$(calls)
+    after=$(app_cpu); c=$(program_calls "$RPORT")
     reqs=$(echo "$out" | awk '/requests in/ {print $1}')
     rps=$(echo "$out" | awk '/Requests\/sec/ {print $2}')
     p99=$(echo "$out" | awk '$1 == "99%" {print $2}')
     awk -v b="$before" -v a="$after" -v r="$reqs" -v t="$tick" -v rps="$rps" -v p="$p99" -v k="$cache" -v n="$round" -v c="$c" \
       'BEGIN { printf "| %d | HTTP /v1/evaluate (wrk, 90%% hot) | %s | %s | p99 %s | %.1f | %.3f |\n", n, k, rps, p, (a - b) / t / r * 1e6, c / r }'
     # gRPC: h2load, 2 connections x 32 streams, one hot descriptor.
-    grpc -n 5000 >/dev/null
+    rls_h2load "$PORT" -n 5000 >/dev/null
     redis-cli -p "$RPORT" CONFIG RESETSTAT >/dev/null
-    before=$(cpu)
-    out=$(grpc -n "$N")
-    after=$(cpu); c=$(calls)
+    before=$(app_cpu)
+    out=$(rls_h2load "$PORT" -n "$N")
+    after=$(app_cpu); c=$(program_calls "$RPORT")
     done_calls=$(echo "$out" | awk '/^requests:/ {print $8}')
     rps=$(echo "$out" | awk '/^finished in/ {print $4}')
     mean=$(echo "$out" | awk '/^time for request:/ {print $6}')

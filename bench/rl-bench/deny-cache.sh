@@ -21,10 +21,6 @@ BIN=${CARGO_TARGET_DIR:-$ROOT/target}/release/rl-bench
 . "$ROOT/bench/rl-bench/redis-servers.sh"
 P=17460
 start_redis $P
-calls() {
-  redis-cli -p $P INFO commandstats | tr -d '\r' | awk -F'[=,:]' \
-    '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
-}
 run() { # label keys hot-share cache
   redis-cli -p $P FLUSHALL >/dev/null
   redis-cli -p $P CONFIG RESETSTAT >/dev/null
@@ -37,7 +33,7 @@ j = json.load(sys.stdin)
 label, calls = sys.argv[1], int(sys.argv[2])
 print("| %s | %.0f | %d | %d | %d | %d | %.2f | %.0f | %.0f | %d |" % (label,
   j["decisions_per_s"], j["decisions"], j["denied"], j["local_cache"], calls,
-  j["decisions"] / max(calls, 1), j["p50_us"], j["p99_us"], j["errors"]))' "$1" "$(calls)"
+  j["decisions"] / max(calls, 1), j["p50_us"], j["p99_us"], j["errors"]))' "$1" "$(program_calls $P)"
 }
 echo "# $ALGO admitting $LIMIT per second, c=64, ${SECS}s per run, $(nproc) cores, load average $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "| run | decisions/s | decisions | denied | from cache | program calls | decisions per call | p50 us | p99 us | errors |"

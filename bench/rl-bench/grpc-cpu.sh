@@ -42,18 +42,9 @@ domain = "bench"
 entries = ["key"]
 policy = "api"
 TOML
-# One gRPC-framed RateLimitRequest {domain: "bench", descriptors: [{entries: [{key: "key",
-# value: "k-1"}]}], hits_addend: 1}, protobuf written out by hand.
-python3 - "$TMP/call.bin" <<'PY'
-import sys
-def field(tag, payload): return bytes([tag << 3 | 2, len(payload)]) + payload
-entry = field(1, b"key") + field(2, b"k-1")
-descriptor = field(1, entry)
-msg = field(1, b"bench") + field(2, descriptor) + bytes([3 << 3 | 0, 1])
-open(sys.argv[1], "wb").write(b"\x00" + len(msg).to_bytes(4, "big") + msg)
-PY
+. "$(dirname "$0")/grpc-call.sh"
+rls_call k-1
 tick=$(getconf CLK_TCK)
-cpu() { awk '{print $14 + $15}' "/proc/$APID/stat"; }
 round=1
 while [ "$round" -le "$ROUNDS" ]; do
   for BIN in "$@"; do
@@ -61,12 +52,10 @@ while [ "$round" -le "$ROUNDS" ]; do
     APID=$!
     for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$HPORT/healthz" >/dev/null && break; sleep 0.1; done
     # Warm-up, then the measured run.
-    h2load -n 5000 -c 2 -m 32 -d "$TMP/call.bin" -H 'content-type: application/grpc' \
-      -H 'te: trailers' "http://127.0.0.1:$PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit" >/dev/null
-    before=$(cpu)
-    out=$(h2load -n "$N" -c 2 -m 32 -d "$TMP/call.bin" -H 'content-type: application/grpc' \
-      -H 'te: trailers' "http://127.0.0.1:$PORT/envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
-    after=$(cpu)
+    rls_h2load "$PORT" -n 5000 >/dev/null
+    before=$(app_cpu)
+    out=$(rls_h2load "$PORT" -n "$N")
+    after=$(app_cpu)
     done_calls=$(echo "$out" | awk '/^requests:/ {print $8}')
     rps=$(echo "$out" | awk '/^finished in/ {print $4}')
     mean=$(echo "$out" | awk '/^time for request:/ {print $6}')

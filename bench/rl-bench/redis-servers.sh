@@ -1,7 +1,9 @@
-# Sourced by cluster-compare.sh, replica-ack.sh and deny-cache.sh (not run): private daemonized
-# redis-server processes in a temporary directory, all stopped when the script exits.
+# Sourced by cluster-compare.sh, replica-ack.sh, deny-cache.sh and deny-cache-edges.sh (not
+# run): private daemonized redis-server processes in a temporary directory, all stopped when
+# the script exits.
 # Sets DIR; `start_redis PORT [ARGS...]` starts one (loopback, no persistence) and waits for
-# its PONG.
+# its PONG; `program_calls PORT` prints the EVALSHA and EVAL calls it has run (INFO
+# commandstats, since start or CONFIG RESETSTAT).
 DIR=$(mktemp -d)
 cleanup() {
   for f in "$DIR"/*.pid; do [ -f "$f" ] && kill "$(cat "$f")" 2>/dev/null; done
@@ -13,4 +15,8 @@ start_redis() { # port [args...]
   redis-server --port "$p" --bind 127.0.0.1 --save "" --appendonly no --dir "$DIR" \
     --repl-diskless-sync-delay 0 --logfile "$DIR/$p.log" --pidfile "$DIR/$p.pid" --daemonize yes "$@"
   i=0; until redis-cli -p "$p" ping >/dev/null 2>&1; do i=$((i+1)); [ $i -gt 200 ] && exit 1; sleep 0.05; done
+}
+program_calls() { # port
+  redis-cli -p "$1" INFO commandstats | tr -d '\r' | awk -F'[=,:]' \
+    '/^cmdstat_eval(sha)?:/ { n += $3 } END { print n + 0 }'
 }

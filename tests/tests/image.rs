@@ -18,6 +18,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
+use acceptance_tests::eventually::eventually_blocking;
 use acceptance_tests::rate::random_u64;
 use acceptance_tests::redis_server::RedisServer;
 use acceptance_tests::requires::{available, missing_commands};
@@ -76,22 +77,29 @@ fn free_port() -> u16 {
     l.local_addr().expect("an address").port()
 }
 
-/// Status and body of one HTTP/1.1 request on a new connection.
+/// Status and body of one HTTP/1.1 request on a new connection; status 0 and the error when
+/// the exchange failed (the app not listening yet).
 fn http(port: u16, head: &str, body: &str) -> (u16, String) {
-    let mut s = TcpStream::connect(("127.0.0.1", port)).expect("connect");
-    s.set_read_timeout(Some(Duration::from_secs(5)))
-        .expect("timeout");
-    write!(
-        s,
-        "{head}Host: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .expect("write");
-    let mut text = String::new();
-    s.read_to_string(&mut text).expect("read");
-    let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
-    let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
-    (status, body)
+    let exchange = || -> std::io::Result<String> {
+        let mut s = TcpStream::connect(("127.0.0.1", port))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(
+            s,
+            "{head}Host: x\r\nConnection: close\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )?;
+        let mut text = String::new();
+        s.read_to_string(&mut text)?;
+        Ok(text)
+    };
+    match exchange() {
+        Ok(text) => {
+            let status = text.get(9..12).and_then(|c| c.parse().ok()).unwrap_or(0);
+            let body = text.split("\r\n\r\n").nth(1).unwrap_or_default().to_owned();
+            (status, body)
+        }
+        Err(e) => (0, e.to_string()),
+    }
 }
 
 fn config(redis_port: u16) -> String {
@@ -151,14 +159,6 @@ fn inspect(name: &str, format: &str) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }
 
-fn wait_until(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
-    let started = Instant::now();
-    while !ok() {
-        assert!(started.elapsed() < within, "{what} not within {within:?}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
-}
-
 fn python_rls(port: u16) -> serde_json::Value {
     let script = root().join("tests/python/rls_client.py");
     let requests =
@@ -196,13 +196,26 @@ fn the_image_serves_limits_over_http_and_grpc_as_a_non_root_read_only_container(
         image: tag.clone(),
     };
     start(&container, &file, hp, gp);
-    wait_until("/healthz", Duration::from_secs(20), || {
-        TcpStream::connect(("127.0.0.1", hp)).is_ok()
-            && http(hp, "GET /healthz HTTP/1.1\r\n", "").0 == 200
-    });
-    wait_until("/readyz", Duration::from_secs(10), || {
-        http(hp, "GET /readyz HTTP/1.1\r\n", "").0 == 200
-    });
+    // Until the app listens, the published port may accept and close: status 0.
+    let answers = |path: &'static str| {
+        move || match http(hp, &format!("GET {path} HTTP/1.1\r\n"), "") {
+            (200, _) => Ok(()),
+            other => Err(other),
+        }
+    };
+    let every = Duration::from_millis(100);
+    eventually_blocking(
+        "/healthz",
+        Duration::from_secs(20),
+        every,
+        answers("/healthz"),
+    );
+    eventually_blocking(
+        "/readyz",
+        Duration::from_secs(10),
+        every,
+        answers("/readyz"),
+    );
     let statuses: Vec<u16> = (0..3)
         .map(|_| http(hp, "GET /api/x HTTP/1.1\r\nx-api-key: k\r\n", "").0)
         .collect();

@@ -161,28 +161,33 @@ impl DenyCache {
             .answer(policy, elapsed, cost, Source::LocalCache)
     }
 
-    /// The answer to a multi-limit evaluation when a member's denial is cached (members whose
-    /// policy does not cache, `cached[i] == false`, are not looked up): the whole evaluation is
+    /// The answer to a multi-limit evaluation of `members` when a member's denial is cached
+    /// (members whose policy `cached` refuses are not looked up): the whole evaluation is
     /// denied, nothing is charged. A member without a covering entry did not decide it and
     /// is reported `allowed: true` with its limit and unknown figures (`remaining`,
-    /// `reset_at_ms` 0).
-    pub fn lookup_all(
+    /// `reset_at_ms` 0). A miss allocates nothing.
+    pub fn lookup_all<'a>(
         &self,
-        members: &[(&RateLimitPolicy, &SubjectDigest, Cost)],
+        members: impl Iterator<Item = (&'a RateLimitPolicy, &'a SubjectDigest, Cost)> + Clone,
         cached: impl Fn(&RateLimitPolicy) -> bool,
         now: Instant,
     ) -> Option<MultiDecision> {
-        let found: Vec<Option<RateLimitDecision>> = members
-            .iter()
-            .map(|(p, s, c)| cached(p).then(|| self.lookup(p, s, *c, now)).flatten())
-            .collect();
-        if found.iter().all(Option::is_none) {
-            return None;
-        }
-        let decisions = found
-            .into_iter()
-            .zip(members)
-            .map(|(hit, (p, _, _))| hit.unwrap_or_else(|| undecided(p)))
+        let look = |(p, s, c): (&RateLimitPolicy, &SubjectDigest, Cost)| {
+            cached(p).then(|| self.lookup(p, s, c, now)).flatten()
+        };
+        let (first, hit) = members
+            .clone()
+            .enumerate()
+            .find_map(|(i, m)| look(m).map(|d| (i, d)))?;
+        let mut hit = Some(hit);
+        let decisions = members
+            .enumerate()
+            .map(|(i, m)| match i {
+                // Already looked up: the members before it missed, it hit.
+                _ if i == first => hit.take().unwrap_or_else(|| undecided(m.0)),
+                _ if i < first => undecided(m.0),
+                _ => look(m).unwrap_or_else(|| undecided(m.0)),
+            })
             .collect();
         Some(MultiDecision {
             allowed: false,

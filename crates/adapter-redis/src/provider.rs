@@ -491,13 +491,12 @@ impl EdgeRateLimitPort for RedisProvider {
         // A retried evaluation id must answer its stored first decision: never the cache.
         let cached = request.evaluation_id.is_none() && policies.iter().any(|p| caches(p));
         if cached {
-            let asked: Vec<_> = request
+            let asked = request
                 .limits
                 .iter()
                 .zip(&policies)
-                .map(|(l, p)| (*p, &l.subject, l.cost))
-                .collect();
-            if let Some(denial) = self.deny_cache.lookup_all(&asked, caches, Instant::now()) {
+                .map(|(l, p)| (*p, &l.subject, l.cost));
+            if let Some(denial) = self.deny_cache.lookup_all(asked, caches, Instant::now()) {
                 tokio::task::coop::consume_budget().await;
                 return Ok(MultiOutcome::Evaluated(denial));
             }

@@ -302,3 +302,48 @@ fn entries_and_evictions_are_published_as_metrics() {
     cache.retain(|_, _| false);
     assert_eq!(sample("rate_limit_deny_cache_entries"), Some(0.0));
 }
+
+#[test]
+fn a_multi_limit_evaluation_is_denied_by_any_covered_member_and_a_miss_answers_nothing() {
+    let cache = DenyCache::new(1_000);
+    let (a, b, c) = (policy("a", 1), policy("b", 1), policy("c", 1));
+    let (s, t0) = (subject(1), Instant::now());
+    cache.record(&b, &s, bound(1, 5_000), t0, t0);
+    cache.record(&c, &s, bound(2, 9_000), t0, t0);
+    let all = |p: &RateLimitPolicy| p.id().as_str() != "never";
+    let ask = |costs: [u64; 3]| {
+        let members = [
+            (&a, &s, cost(costs[0])),
+            (&b, &s, cost(costs[1])),
+            (&c, &s, cost(costs[2])),
+        ];
+        cache.lookup_all(members.into_iter(), all, t0)
+    };
+    assert!(ask([1, 1, 1]).is_some_and(|d| !d.allowed), "b alone covers");
+    let d = ask([1, 1, 2]).expect("denied from the cache");
+    let shown: Vec<_> = d
+        .decisions
+        .iter()
+        .map(|d| (d.policy_id.as_str().to_owned(), d.allowed, d.retry_after_ms))
+        .collect();
+    assert_eq!(
+        shown,
+        [
+            ("a".to_owned(), true, 0),
+            ("b".to_owned(), false, 5_000 - margin_ms(5_000)),
+            ("c".to_owned(), false, 9_000 - margin_ms(9_000)),
+        ],
+        "a is not evaluated; b and c both answer their own denial"
+    );
+    assert!(d.decisions.iter().all(|d| d.source == Source::LocalCache));
+    // c's entry covers cost 2 and more only, b's is not asked: no hit, nothing answered.
+    let none = cache.lookup_all([(&a, &s, cost(1)), (&c, &s, cost(1))].into_iter(), all, t0);
+    assert!(none.is_none());
+    // A policy that does not cache is not looked up.
+    let skip = |p: &RateLimitPolicy| p.id().as_str() != "b";
+    assert!(
+        cache
+            .lookup_all([(&b, &s, cost(1))].into_iter(), skip, t0)
+            .is_none()
+    );
+}

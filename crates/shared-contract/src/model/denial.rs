@@ -28,7 +28,7 @@ use crate::decision::{RateLimitDecision, Source};
 use crate::ids::Cost;
 use crate::policy::{AlgorithmKind, RateLimitPolicy};
 
-use super::{Evaluation, Verdict};
+use super::Evaluation;
 
 /// What one denial proves about the requests after it (see the module docs).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -47,20 +47,13 @@ impl DenialBound {
     /// The bound `evaluation` of `cost` under `policy` proves, or `None` when it proves nothing
     /// worth keeping: not a denial, a `retry_after` of 0, or a concurrency policy.
     pub fn of<S>(policy: &RateLimitPolicy, evaluation: &Evaluation<S>, cost: Cost) -> Option<Self> {
-        let cached = evaluation.verdict == Verdict::Denied
-            && evaluation.retry_after_ms > 0
-            && policy.kind() != AlgorithmKind::Concurrency;
-        cached.then_some(DenialBound {
-            cost: cost.get(),
-            retry_after_ms: evaluation.retry_after_ms,
-            limit: evaluation.limit,
-            remaining: evaluation.remaining,
-            reset_at_ms: evaluation.reset_at_ms,
-        })
+        // The source names no one here: only the decision's figures are read.
+        let decision = evaluation.decision(policy, Source::GlobalRedis)?;
+        Self::of_decision(policy, &decision, cost)
     }
 
-    /// The bound a provider's denial `decision` of `cost` proves: the same figures as the
-    /// evaluation it reports ([`Self::of`]), for a decision of `policy`'s current revision.
+    /// The bound a provider's `decision` of `cost` proves (see [`Self::of`]), for a decision of
+    /// `policy`'s current revision.
     pub fn of_decision(
         policy: &RateLimitPolicy,
         decision: &RateLimitDecision,
