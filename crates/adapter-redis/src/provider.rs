@@ -203,8 +203,8 @@ pub struct RedisProvider {
     deny_cache: Arc<DenyCache>,
 }
 
-/// Whether `policy`'s denials are answered from the cache: opted in, and not in shadow mode
-/// (a shadow policy reports what Redis answers, always).
+/// Whether `policy`'s denials are answered from the cache: `deny_cache` (on unless turned
+/// off), and not in shadow mode (a shadow policy reports what Redis answers, always).
 fn caches(policy: &RateLimitPolicy) -> bool {
     policy.deny_cache() && !policy.shadow()
 }

@@ -7,6 +7,10 @@
 //! contract's.
 
 use figment::value::{Dict, Value};
+// Defaults of the optional common fields: the contract's, so code and files agree.
+use shared_contract::policy::{
+    DEFAULT_CLEANUP_GRACE, DEFAULT_MAX_CLOCK_REGRESSION, DEFAULT_MAX_COST, DEFAULT_REVISION,
+};
 use shared_contract::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyId, PolicyRevision,
     PolicySet, PolicySpec, RateLimitPolicy,
@@ -37,11 +41,6 @@ const ALGORITHM_KEYS: &[&str] = &[
     "burst",
     "lease_ttl",
 ];
-
-// Defaults of the optional common fields: the contract's, so code and files agree.
-use shared_contract::policy::{
-    DEFAULT_CLEANUP_GRACE, DEFAULT_MAX_CLOCK_REGRESSION, DEFAULT_MAX_COST, DEFAULT_REVISION,
-};
 
 /// The parameters of each algorithm, in the order they are documented.
 fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
