@@ -68,10 +68,11 @@ pub(crate) fn build(files: &TlsFiles) -> Result<TlsConnector, SettingsProblem> {
     if n == 0 {
         return Err(tls_error("tls_ca_file", ca_file, "no certificate in it"));
     }
-    let builder = ClientConfig::builder_with_provider(Arc::new(crypto::ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .map_err(|e| SettingsProblem::new("tls_ca_file", e.to_string()))?
-        .with_root_certificates(roots);
+    let builder =
+        ClientConfig::builder_with_provider(Arc::new(crypto::aws_lc_rs::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| SettingsProblem::new("tls_ca_file", e.to_string()))?
+            .with_root_certificates(roots);
     let config = match (&files.cert_file, &files.key_file) {
         (None, None) => builder.with_no_client_auth(),
         (Some(cert_file), Some(key_file)) => {

@@ -7,7 +7,7 @@
 //!
 //! | module | what |
 //! | --- | --- |
-//! | [`config`] | figment (TOML + `APP_` env) and the validation pass that reports every problem with its key path |
+//! | [`config`] | figment (TOML + `APP_` env) and the validation pass that reports every problem with its key path; [`RateLimitSection`]: an embedding service's `[rate_limit]` table within its own file, with its own variable prefix |
 //! | [`settings`] | the validated settings, and their redacted rendering for `--check` |
 //! | `breaker` | the circuit breaker decorator around the redis provider (feature `redis`) |
 //! | `fallback` | the `fallback_local` decorator (feature `local`) |
@@ -51,7 +51,7 @@ pub mod settings;
 #[cfg(feature = "redis")]
 pub use breaker::{BreakerState, CircuitBreaker};
 pub use compose::{BuildError, RateLimitRuntime, build};
-pub use config::{ConfigErrors, Problem, Sources, from_toml, load};
+pub use config::{ConfigErrors, Problem, RateLimitSection, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};
 pub use gates::{GateRuntime, build_gates, rebuild_gates};
 #[cfg(feature = "redis")]

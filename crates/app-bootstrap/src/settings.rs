@@ -23,7 +23,8 @@ pub use edge_middleware::descriptors::{DescriptorRules, UnknownDescriptor};
 // types, which read them.
 pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 
-/// Everything the reference app is configured with.
+/// Everything the reference app is configured with. An embedding service reads only the
+/// rate-limit part, from its own file: [`crate::RateLimitSection`].
 #[derive(Debug, Clone)]
 pub struct Settings {
     pub http: HttpSettings,

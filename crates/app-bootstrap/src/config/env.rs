@@ -1,5 +1,7 @@
-//! The environment's share of the configuration: `APP_` variables named by key path
-//! (`APP_RATE_LIMIT__REDIS__URL` is `rate_limit.redis.url`), kept as the text they are.
+//! The environment's share of the configuration: variables named by a prefix and a key path
+//! (`APP_RATE_LIMIT__REDIS__URL` is `rate_limit.redis.url`), kept as the text they are. The
+//! reference app's prefix is `APP_`; an embedding service chooses its own
+//! ([`super::RateLimitSection::env_prefix`]).
 //!
 //! figment's own `Env` provider would parse values into TOML-like values, which turns `"5"`
 //! into an unsigned number and an all-digit secret into a number without its leading zeros.
@@ -12,19 +14,20 @@ use figment::value::{Dict, Value};
 use super::reader::UNKNOWN_KEY;
 use super::{ConfigErrors, Problem};
 
-/// Prefix of the environment variables that override file keys (`APP_RATE_LIMIT__ENABLED`).
+/// Prefix of the environment variables that override the reference app's file keys
+/// (`APP_RATE_LIMIT__ENABLED`).
 pub const ENV_PREFIX: &str = "APP_";
 /// Separator of nested keys in environment variable names.
 pub const ENV_SEPARATOR: &str = "__";
 
-/// The tree the `APP_` variables among `vars` describe; other variables are ignored, and so
-/// is a variable whose name has an empty part (`APP_A____B`: [`unnamed`] reports it). A
-/// variable that names an unknown key lands in the tree, where the reader reports it and
-/// [`attribute`] names the variable.
-pub(super) fn tree(vars: Vec<(String, String)>) -> Dict {
+/// The tree the variables among `vars` that start with `prefix` describe; other variables are
+/// ignored, and so is a variable whose name has an empty part (`APP_A____B`: [`unnamed`]
+/// reports it). A variable that names an unknown key lands in the tree, where the reader
+/// reports it and [`attribute`] names the variable.
+pub(super) fn tree(vars: Vec<(String, String)>, prefix: &str) -> Dict {
     let mut root = Dict::new();
     for (name, text) in vars {
-        let Some(rest) = strip_prefix_ignore_case(&name, ENV_PREFIX) else {
+        let Some(rest) = strip_prefix_ignore_case(&name, prefix) else {
             continue;
         };
         let path = key_path(rest);
@@ -36,12 +39,12 @@ pub(super) fn tree(vars: Vec<(String, String)>) -> Dict {
     root
 }
 
-/// A problem for each `APP_` variable among `vars` whose name has an empty part
-/// (`APP_A____B`, `APP_HTTP__`): it names no key, so it would set nothing.
-pub(super) fn unnamed(vars: &[(String, String)]) -> Vec<Problem> {
+/// A problem for each variable among `vars` starting with `prefix` whose name has an empty
+/// part (`APP_A____B`, `APP_HTTP__`): it names no key, so it would set nothing.
+pub(super) fn unnamed(vars: &[(String, String)], prefix: &str) -> Vec<Problem> {
     vars.iter()
         .filter_map(|(name, _)| {
-            let rest = strip_prefix_ignore_case(name, ENV_PREFIX)?;
+            let rest = strip_prefix_ignore_case(name, prefix)?;
             let path = key_path(rest);
             path.iter().any(String::is_empty).then(|| Problem {
                 path: path.join("."),
@@ -51,14 +54,18 @@ pub(super) fn unnamed(vars: &[(String, String)]) -> Vec<Problem> {
         .collect()
 }
 
-/// `problems` with each unknown key that an `APP_` variable of `vars` set (at or under it)
-/// naming that variable and its key path: `rate_limt: unknown key (...); set by
+/// `problems` with each unknown key that a variable of `vars` starting with `prefix` set (at
+/// or under it) naming that variable and its key path: `rate_limt: unknown key (...); set by
 /// APP_RATE_LIMT__ENABLED (rate_limt.enabled)`.
-pub(super) fn attribute(problems: Vec<Problem>, vars: &[(String, String)]) -> Vec<Problem> {
+pub(super) fn attribute(
+    problems: Vec<Problem>,
+    vars: &[(String, String)],
+    prefix: &str,
+) -> Vec<Problem> {
     let paths: Vec<(&str, String)> = vars
         .iter()
         .filter_map(|(name, _)| {
-            let rest = strip_prefix_ignore_case(name, ENV_PREFIX)?;
+            let rest = strip_prefix_ignore_case(name, prefix)?;
             Some((name.as_str(), key_path(rest).join(".")))
         })
         .collect();
@@ -78,19 +85,27 @@ pub(super) fn attribute(problems: Vec<Problem>, vars: &[(String, String)]) -> Ve
         .collect()
 }
 
-/// The process's `APP_` variables; one that is not UTF-8 is a problem named by its key path.
-pub(super) fn process_vars() -> Result<Vec<(String, String)>, ConfigErrors> {
+/// The process's variables starting with `prefix` whose key path `keep` accepts; one that is
+/// not UTF-8 is a problem named by its key path.
+pub(super) fn process_vars(
+    prefix: &str,
+    keep: impl Fn(&[String]) -> bool,
+) -> Result<Vec<(String, String)>, ConfigErrors> {
     let mut vars = Vec::new();
     let mut problems = Vec::new();
     for (name, text) in std::env::vars_os() {
         let Some(name) = name.to_str() else { continue };
-        let Some(rest) = strip_prefix_ignore_case(name, ENV_PREFIX) else {
+        let Some(rest) = strip_prefix_ignore_case(name, prefix) else {
             continue;
         };
+        let path = key_path(rest);
+        if !keep(&path) {
+            continue;
+        }
         match text.into_string() {
             Ok(text) => vars.push((name.to_owned(), text)),
             Err(_) => problems.push(Problem {
-                path: key_path(rest).join("."),
+                path: path.join("."),
                 problem: format!("{name} is not valid UTF-8"),
             }),
         }
@@ -102,14 +117,14 @@ pub(super) fn process_vars() -> Result<Vec<(String, String)>, ConfigErrors> {
     }
 }
 
-fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
+pub(super) fn strip_prefix_ignore_case<'a>(name: &'a str, prefix: &str) -> Option<&'a str> {
     (name.len() > prefix.len() && name[..prefix.len()].eq_ignore_ascii_case(prefix))
         .then(|| &name[prefix.len()..])
 }
 
-/// The key path an `APP_` variable names, from the part after the prefix
+/// The key path a variable names, from the part after the prefix
 /// (`RATE_LIMIT__REDIS__URL` -> `rate_limit`, `redis`, `url`).
-fn key_path(rest: &str) -> Vec<String> {
+pub(super) fn key_path(rest: &str) -> Vec<String> {
     rest.split(ENV_SEPARATOR)
         .map(|s| s.to_ascii_lowercase())
         .collect()
@@ -165,13 +180,16 @@ mod tests {
 
     #[test]
     fn variables_nest_by_double_underscore_case_insensitively() {
-        let t = tree(vars(&[
-            ("APP_RATE_LIMIT__REDIS__URL", "redis://h"),
-            ("app_http__bind", "1.2.3.4:5"),
-            ("OTHER", "x"),
-            ("APP_", "ignored: no key"),
-            ("APP_A____B", "ignored: an empty part"),
-        ]));
+        let t = tree(
+            vars(&[
+                ("APP_RATE_LIMIT__REDIS__URL", "redis://h"),
+                ("app_http__bind", "1.2.3.4:5"),
+                ("OTHER", "x"),
+                ("APP_", "ignored: no key"),
+                ("APP_A____B", "ignored: an empty part"),
+            ]),
+            ENV_PREFIX,
+        );
         let rl = t
             .get("rate_limit")
             .and_then(Value::as_dict)
@@ -194,7 +212,7 @@ mod tests {
 
     #[test]
     fn a_deeper_key_replaces_a_plain_value_on_its_way() {
-        let t = tree(vars(&[("APP_A", "1"), ("APP_A__B", "2")]));
+        let t = tree(vars(&[("APP_A", "1"), ("APP_A__B", "2")]), ENV_PREFIX);
         let a = t.get("a").and_then(Value::as_dict).expect("a table");
         assert_eq!(a.get("b").and_then(Value::as_str), Some("2"));
     }

@@ -20,7 +20,8 @@
 //! | module | section |
 //! | --- | --- |
 //! | `reader` | the generic typed reads, the per-key description of a flat section, the `--check` writer |
-//! | `env` | `APP_` variables -> a tree merged over the file |
+//! | `env` | `APP_` (or an embedder's) variables -> a tree merged over the file |
+//! | `section` | an embedding service's `[rate_limit]` table, within its own file ([`RateLimitSection`]) |
 //! | `http` | `[http]` |
 //! | `log` | `[log]` |
 //! | `reload` | `[reload]` |
@@ -48,6 +49,7 @@ pub(crate) mod reader;
 mod redis;
 mod reload;
 mod routes;
+mod section;
 
 #[cfg(all(test, not(all(feature = "redis", feature = "local"))))]
 #[path = "feature_tests.rs"]
@@ -61,6 +63,7 @@ use figment::providers::{Format, Serialized, Toml};
 use figment::value::Dict;
 
 pub use env::{ENV_PREFIX, ENV_SEPARATOR};
+pub use section::RateLimitSection;
 
 use crate::settings::{RateLimitSettings, Settings};
 use reader::Check;
@@ -103,10 +106,10 @@ impl ConfigErrors {
         self.0.iter().any(|p| p.path == path)
     }
 
-    /// One problem of the whole file (`--config`).
-    fn file(problem: String) -> Self {
+    /// One problem of the whole file, named by `label` (`--config` for the reference app).
+    fn file(label: &str, problem: String) -> Self {
         Self(vec![Problem {
-            path: "--config".into(),
+            path: label.into(),
             problem,
         }])
     }
@@ -128,32 +131,12 @@ pub struct Sources {
 /// [`ConfigErrors`] with every problem found (an unreadable file or TOML syntax error is one
 /// problem on `--config`).
 pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
-    let mut figment = Figment::new();
-    if let Some(path) = &sources.file {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| ConfigErrors::file(format!("cannot read {}: {e}", path.display())))?;
-        figment = figment.merge(Toml::string(&text));
-    }
     let vars = match &sources.env {
         Some(vars) => vars.clone(),
-        None => env::process_vars()?,
+        None => env::process_vars(ENV_PREFIX, |_| true)?,
     };
-    let unnamed = env::unnamed(&vars);
-    figment = figment.merge(Serialized::defaults(env::tree(vars.clone())));
-    let root: Dict = figment.extract().map_err(|e| {
-        ConfigErrors(
-            e.into_iter()
-                .map(|e| Problem {
-                    path: if e.path.is_empty() {
-                        "--config".into()
-                    } else {
-                        e.path.join(".")
-                    },
-                    problem: without_source_lines(&e.kind.to_string()),
-                })
-                .collect(),
-        )
-    })?;
+    let unnamed = env::unnamed(&vars, ENV_PREFIX);
+    let root = merged(sources.file.as_deref(), &vars, ENV_PREFIX, "--config")?;
     let base = sources
         .file
         .as_deref()
@@ -164,10 +147,42 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
         (Ok(_), false) => Err(ConfigErrors(unnamed)),
         (Err(e), _) => {
             let mut problems = unnamed;
-            problems.extend(env::attribute(e.0, &vars));
+            problems.extend(env::attribute(e.0, &vars, ENV_PREFIX));
             Err(ConfigErrors(problems))
         }
     }
+}
+
+/// The TOML file at `file` (if any) with the variables of `vars` that start with `prefix`
+/// merged over it, as one tree. `label` names the file in its problems.
+fn merged(
+    file: Option<&Path>,
+    vars: &[(String, String)],
+    prefix: &str,
+    label: &str,
+) -> Result<Dict, ConfigErrors> {
+    let mut figment = Figment::new();
+    if let Some(path) = file {
+        let text = std::fs::read_to_string(path).map_err(|e| {
+            ConfigErrors::file(label, format!("cannot read {}: {e}", path.display()))
+        })?;
+        figment = figment.merge(Toml::string(&text));
+    }
+    figment = figment.merge(Serialized::defaults(env::tree(vars.to_vec(), prefix)));
+    figment.extract().map_err(|e| {
+        ConfigErrors(
+            e.into_iter()
+                .map(|e| Problem {
+                    path: if e.path.is_empty() {
+                        label.into()
+                    } else {
+                        e.path.join(".")
+                    },
+                    problem: without_source_lines(&e.kind.to_string()),
+                })
+                .collect(),
+        )
+    })
 }
 
 /// Reads a configuration from TOML text alone (no file, no environment): for tests and tools.
@@ -177,7 +192,7 @@ pub fn load(sources: &Sources) -> Result<Settings, ConfigErrors> {
 pub fn from_toml(text: &str) -> Result<Settings, ConfigErrors> {
     let root: Dict = Figment::from(Toml::string(text))
         .extract()
-        .map_err(|e| ConfigErrors::file(without_source_lines(&e.to_string())))?;
+        .map_err(|e| ConfigErrors::file("--config", without_source_lines(&e.to_string())))?;
     validate(&root, None)
 }
 
