@@ -11,6 +11,7 @@
 //! - self-contained Redis topologies (a single server, a cluster, a Sentinel group) with the
 //!   fault tools to break them (a TCP fault proxy, pausing and killing nodes).
 
+pub mod cargo;
 pub mod cluster;
 pub mod config;
 pub mod conformance;

@@ -107,6 +107,28 @@ struct Shared {
     clock: Arc<dyn Clock>,
 }
 
+/// A policy id that a layer was asked for and its limiter does not have.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("no policy {id:?} in this limiter; it has: {}", .known.join(", "))]
+pub struct UnknownPolicy {
+    /// The id asked for.
+    pub id: String,
+    /// The limiter's policy ids, in its order.
+    pub known: Vec<String>,
+}
+
+impl UnknownPolicy {
+    fn new(id: &str, limiter: &Limiter) -> Self {
+        Self {
+            id: id.to_owned(),
+            known: limiter
+                .indexed()
+                .map(|(_, p)| p.id().as_str().to_owned())
+                .collect(),
+        }
+    }
+}
+
 /// The middleware's layer. See the module docs.
 #[derive(Debug, Clone)]
 pub struct RateLimitLayer {
@@ -169,6 +191,46 @@ impl RateLimitLayer {
     /// ```
     pub fn for_route(limiter: Arc<Limiter>, policy: PolicyId, subject: SubjectSource) -> Self {
         Self::new(limiter, vec![Rule::new("/", policy, subject)])
+    }
+
+    /// A layer for one route limited by every `(policy id, subject)` of `limits` at once, all
+    /// or nothing (each at cost 1): the request goes through only when every policy admits
+    /// it, and a denial charges none of them. Unlike [`Self::for_route`], an id `limiter`
+    /// does not have is an error here, when the layer is made, rather than a 500 per request:
+    /// the form for ids that come from a configuration file.
+    ///
+    /// ```
+    /// # use std::sync::Arc;
+    /// # use edge_middleware::{Limiter, RateLimitLayer, SubjectSource};
+    /// # fn limited(limiter: Arc<Limiter>) -> Result<axum::Router, edge_middleware::UnknownPolicy> {
+    /// let per_user_and_tenant = RateLimitLayer::for_policies(
+    ///     &limiter,
+    ///     [("user", SubjectSource::header("x-user")), ("tenant", SubjectSource::header("x-tenant"))],
+    /// )?;
+    /// Ok(axum::Router::new().route(
+    ///     "/reports",
+    ///     axum::routing::get(|| async { "report" }).route_layer(per_user_and_tenant),
+    /// ))
+    /// # }
+    /// ```
+    ///
+    /// # Errors
+    /// [`UnknownPolicy`] naming the first id `limiter` lacks and the ids it has.
+    pub fn for_policies<'a>(
+        limiter: &Arc<Limiter>,
+        limits: impl IntoIterator<Item = (&'a str, SubjectSource)>,
+    ) -> Result<Self, UnknownPolicy> {
+        let rules = limits
+            .into_iter()
+            .map(|(id, subject)| {
+                let policy = PolicyId::new(id)
+                    .ok()
+                    .filter(|p| limiter.resolve(p).is_some())
+                    .ok_or_else(|| UnknownPolicy::new(id, limiter))?;
+                Ok(Rule::new("/", policy, subject))
+            })
+            .collect::<Result<_, _>>()?;
+        Ok(Self::new(limiter.clone(), rules))
     }
 
     /// The same layer, reading the peer address of `ip` subjects with `peer`.

@@ -106,7 +106,7 @@ pub mod rule;
 pub mod subject;
 
 pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
-pub use layer::{PeerIp, RateLimit, RateLimitLayer};
+pub use layer::{PeerIp, RateLimit, RateLimitLayer, UnknownPolicy};
 pub use limiter::{BreakerGauge, Limiter, LimiterBuilder, Member, PolicyIndex};
 pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
 pub use subject::{

@@ -43,6 +43,14 @@ pub(crate) fn header_name(name: &str) -> Option<String> {
 }
 
 impl SubjectSource {
+    /// The request header `name` (any case; header names are case-insensitive). A name that
+    /// is not a valid header name is in no request, so every request is limited under the
+    /// empty subject, one quota for all, as requests without the header are (the middleware's
+    /// docs); [`Self::parse`] refuses such a name instead.
+    pub fn header(name: &str) -> Self {
+        Self::Header(name.to_ascii_lowercase())
+    }
+
     /// Parses `"header:NAME"`, `"ip"`, `"path:INDEX"` or `"const:TEXT"` (TEXT: 1..=64
     /// visible ASCII characters).
     ///

@@ -41,13 +41,7 @@ fn binary() -> &'static Path {
         if let Some(bin) = std::env::var_os("BIN") {
             return PathBuf::from(bin);
         }
-        let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-        let mut build = Command::new(cargo);
-        // Without the variables Cargo sets for this test (build scripts such as ring's track
-        // CARGO_MANIFEST_DIR: with this package's, they would run again and rebuild the binary).
-        for (k, _) in std::env::vars().filter(|(k, _)| set_by_cargo_for_a_crate(k)) {
-            build.env_remove(k);
-        }
+        let mut build = acceptance_tests::cargo::command();
         let out = build
             .args(["build", "--release", "--locked", "-p", "inbound-web"])
             .args(["--bin", "inbound-web", "--message-format=json"])
@@ -59,31 +53,9 @@ fn binary() -> &'static Path {
             out.status.success(),
             "cargo build --release -p inbound-web failed"
         );
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .filter(|m| m["reason"] == "compiler-artifact" && m["target"]["name"] == "inbound-web")
-            .find_map(|m| m["executable"].as_str().map(PathBuf::from))
+        acceptance_tests::cargo::executable(&out.stdout, "inbound-web")
             .expect("cargo names the inbound-web executable")
     })
-}
-
-/// Whether `name` is one of the variables Cargo sets for a crate it runs (not one of its
-/// configuration's `CARGO_*`, which the nested build must see as the outer one did).
-fn set_by_cargo_for_a_crate(name: &str) -> bool {
-    const PREFIXES: [&str; 4] = [
-        "CARGO_MANIFEST_",
-        "CARGO_PKG_",
-        "CARGO_BIN_",
-        "CARGO_CRATE_",
-    ];
-    const NAMES: [&str; 4] = [
-        "CARGO_PRIMARY_PACKAGE",
-        "CARGO_TARGET_TMPDIR",
-        "CARGO_RUSTC_CURRENT_DIR",
-        "OUT_DIR",
-    ];
-    PREFIXES.iter().any(|p| name.starts_with(p)) || NAMES.contains(&name)
 }
 
 /// The binary with the Deployment's arguments (in `pod`) and `extra`, and of the machine's
