@@ -1,0 +1,107 @@
+#!/usr/bin/env bash
+# What each Redis program costs the server next to its floor: a script with the same
+# redis.calls and reply shape and no decision around them (floors/). Both run under
+# redis-benchmark on a private redis-server, alternating, in one run; the figure is Redis's
+# own usec_per_call of EVALSHA (INFO commandstats after CONFIG RESETSTAT), so the load
+# generator's cost is not in it. Every run starts from an empty database (FLUSHALL) and
+# calls on random keys of a RANGE-key space, so most calls allow (GET finds nothing, SET
+# writes), the program's dearest path.
+#
+# Prints one line per program and round, then per program the median over rounds of
+# program/floor, and for the multi program (three token-bucket members) its cost against
+# three single token-bucket calls (goals: <= 1.25x the floor; multi <= 0.6x three singles).
+#
+#   bench/lua-programs/floor.sh                 # N=200000 ROUNDS=3 CLIENTS=16 PIPELINE=4
+#   ROUNDS=5 N=400000 bench/lua-programs/floor.sh
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+root=$(cd "$here/../.." && pwd)
+N=${N:-200000}
+ROUNDS=${ROUNDS:-3}
+CLIENTS=${CLIENTS:-16}
+PIPELINE=${PIPELINE:-4}
+RANGE=${RANGE:-1000000}
+PORT=${PORT:-7391}
+# shellcheck source=../rl-bench/redis-servers.sh
+. "$root/bench/rl-bench/redis-servers.sh"
+start_redis "$PORT"
+cli() { redis-cli -p "$PORT" "$@"; }
+lua="$root/crates/adapter-redis/lua"
+
+# One policy per algorithm, 100 per minute, allowing at cost 1 (docs/lua-programs.md):
+# cost, revision, max_clock_regression_ms, cleanup_grace_ms, then the parameters.
+declare -A args=(
+  [fixed-window]="1 1 2000 1000 100 60000"
+  [sliding-counter]="1 1 2000 1000 100 60000"
+  [token-bucket]="1 1 2000 1000 100 600 1"
+  [gcra]="1 1 2000 1000 100 600 1"
+  [sliding-log]="1 1 2000 1000 100 60000"
+)
+programs=(fixed-window sliding-counter token-bucket gcra sliding-log)
+tb=${args[token-bucket]}
+# Three token-bucket members (algorithm 3, 7 arguments each), no evaluation id.
+multi_args="3 0 3 7 $tb 3 7 $tb 3 7 $tb"
+
+single_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single.lua")")
+multi_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/multi-3.lua")")
+declare -A sha
+for p in "${programs[@]}"; do
+  sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v1.lua")")
+done
+sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v1.lua")")
+
+# The command line of each measured script: EVALSHA's arguments.
+declare -A line
+for p in "${programs[@]}"; do
+  line[$p]="${sha[$p]} 1 rl:{__rand_int__} ${args[$p]}"
+  line[$p-floor]="$single_floor 1 rl:{__rand_int__} ${args[$p]}"
+done
+three_keys="3 rl:a:{__rand_int__} rl:b:{__rand_int__} rl:c:{__rand_int__}"
+line[multi]="${sha[multi]} $three_keys $multi_args"
+line[multi-floor]="$multi_floor $three_keys $multi_args"
+
+# Each script must answer ALLOWED on a fresh key: a program refusing its arguments
+# (INVALID) would measure its cheapest path.
+for name in "${!line[@]}"; do
+  # shellcheck disable=SC2086
+  status=$(cli EVALSHA ${line[$name]//__rand_int__/check-$name} | head -1)
+  [ "$status" = ALLOWED ] || { echo "$name answers $status, not ALLOWED" >&2; exit 1; }
+done
+
+# usec_per_call of one redis-benchmark run of a script, from an empty database.
+measure() {
+  cli FLUSHALL SYNC >/dev/null
+  cli CONFIG RESETSTAT >/dev/null
+  # shellcheck disable=SC2086
+  redis-benchmark -p "$PORT" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -r "$RANGE" -q \
+    EVALSHA ${line[$1]} >/dev/null
+  cli INFO commandstats | tr -d '\r' | awk -F'[:,=]' '/^cmdstat_evalsha:/ {
+    for (i = 2; i < NF; i += 2) if ($i == "usec_per_call") print $(i + 1)
+    for (i = 2; i < NF; i += 2) if ($i == "failed_calls" && $(i + 1) > 0) print "failed" > "/dev/stderr"
+  }'
+}
+
+out="$DIR/figures"
+echo "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}'); N=$N ROUNDS=$ROUNDS c=$CLIENTS P=$PIPELINE r=$RANGE"
+printf '%-16s %5s %10s %10s %7s\n' program round usec floor ratio
+for round in $(seq 1 "$ROUNDS"); do
+  for p in "${programs[@]}" multi; do
+    u=$(measure "$p")
+    f=$(measure "$p-floor")
+    ratio=$(awk -v u="$u" -v f="$f" 'BEGIN { printf "%.2f", u / f }')
+    printf '%-16s %5s %10s %10s %7s\n' "$p" "$round" "$u" "$f" "$ratio"
+    echo "$p $round $u $f" >>"$out"
+  done
+done
+
+echo
+echo "median over rounds:"
+median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
+for p in "${programs[@]}" multi; do
+  r=$(awk -v p="$p" '$1 == p { printf "%.4f\n", $3 / $4 }' "$out" | median)
+  printf '%-16s program/floor %.2f\n' "$p" "$r"
+done
+# The multi program against three single token-bucket calls of the same round.
+r=$(awk '$1 == "token-bucket" { tb[$2] = $3 } $1 == "multi" { m[$2] = $3 }
+  END { for (k in m) printf "%.4f\n", m[k] / (3 * tb[k]) }' "$out" | median)
+printf '%-16s multi/(3 x token-bucket) %.2f\n' multi "$r"

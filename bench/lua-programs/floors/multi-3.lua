@@ -1,0 +1,15 @@
+-- The floor of rate-multi-v1.lua deciding three members: the same redis.calls (TIME, then
+-- per member GET by pcall, then per member SET ... PX of a 12-byte value) and the same reply
+-- shape ({status, replayed, index, row_1, row_2, row_3}, each row a status and six integers).
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local a = redis.pcall('GET', KEYS[1])
+local b = redis.pcall('GET', KEYS[2])
+local c = redis.pcall('GET', KEYS[3])
+redis.call('SET', KEYS[1], '0123456789ab', 'PX', 61000)
+redis.call('SET', KEYS[2], '0123456789ab', 'PX', 61000)
+redis.call('SET', KEYS[3], '0123456789ab', 'PX', 61000)
+return { 'ALLOWED', 0, 0,
+  { 'ALLOWED', now, now, 100, 99, 0, now + 600 },
+  { 'ALLOWED', now, now, 100, 99, 0, now + 600 },
+  { 'ALLOWED', now, now, 100, 99, 0, now + 600 } }
