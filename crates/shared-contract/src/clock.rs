@@ -8,6 +8,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Wall-clock milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + std::fmt::Debug {
+    /// The current time, in milliseconds since the Unix epoch.
     fn now_ms(&self) -> u64;
 }
 
@@ -30,14 +31,17 @@ impl Clock for SystemClock {
 pub struct ManualClock(Arc<AtomicU64>);
 
 impl ManualClock {
+    /// A clock reading `start_ms` (Unix ms) until set or advanced.
     pub fn new(start_ms: u64) -> Self {
         Self(Arc::new(AtomicU64::new(start_ms)))
     }
 
+    /// Sets the time to `ms` (Unix ms); it may go back, as a real clock can.
     pub fn set(&self, ms: u64) {
         self.0.store(ms, Ordering::SeqCst);
     }
 
+    /// Moves the time forward by `ms` milliseconds.
     pub fn advance(&self, ms: u64) {
         self.0.fetch_add(ms, Ordering::SeqCst);
     }

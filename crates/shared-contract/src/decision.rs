@@ -19,6 +19,8 @@ pub enum Source {
 }
 
 impl Source {
+    /// The source's name as reported on the wire and in metrics (`global_redis`, `local_cache`,
+    /// `local`, `local_fallback`).
     pub fn as_str(self) -> &'static str {
         match self {
             Source::GlobalRedis => "global_redis",
@@ -42,6 +44,8 @@ pub enum Certainty {
 }
 
 impl Certainty {
+    /// The certainty's name as reported on the wire and in metrics (`certain`,
+    /// `approximate_algorithm`, `approximate_fallback`).
     pub fn as_str(self) -> &'static str {
         match self {
             Certainty::Certain => "certain",
@@ -54,6 +58,7 @@ impl Certainty {
 /// An allow or a deny, with what a client needs to behave well.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitDecision {
+    /// Whether the request was admitted; a denial consumed nothing.
     pub allowed: bool,
     /// The most cost admissible at once (limit, capacity or burst).
     pub limit: u64,
@@ -63,9 +68,13 @@ pub struct RateLimitDecision {
     pub retry_after_ms: u64,
     /// Unix ms, by the provider's clock, when the full quota is available again.
     pub reset_at_ms: u64,
+    /// The policy this decision is for.
     pub policy_id: PolicyId,
+    /// The policy revision whose state decided.
     pub revision: PolicyRevision,
+    /// Which provider, or which stand-in for it, made the decision.
     pub source: Source,
+    /// How exact the decision is.
     pub certainty: Certainty,
 }
 
@@ -89,6 +98,8 @@ pub enum UnavailableCategory {
 }
 
 impl UnavailableCategory {
+    /// The category's name as reported on the wire and in metrics (`connect`, `admission`,
+    /// `deadline`, `clock`, `circuit_open`, `server`).
     pub fn as_str(self) -> &'static str {
         match self {
             UnavailableCategory::Connect => "connect",
@@ -114,6 +125,7 @@ pub enum IncompatibleCategory {
 }
 
 impl IncompatibleCategory {
+    /// The category's name as reported on the wire and in metrics (`state`, `program`, `reply`).
     pub fn as_str(self) -> &'static str {
         match self {
             IncompatibleCategory::State => "state",
@@ -127,26 +139,36 @@ impl IncompatibleCategory {
 /// other variants say what is known about the state, never an allow.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum RateLimitOutcome {
+    /// The provider evaluated the request: an allow or a deny.
     Evaluated(RateLimitDecision),
     /// Known: nothing was mutated.
     Unavailable {
+        /// The policy that could not be evaluated.
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense (for `Clock`: until the server clock
+        /// is back at the state's last write).
         retry_after_ms: u64,
+        /// Why nothing was tried.
         category: UnavailableCategory,
     },
     /// Sent, result unknown: the request may or may not have consumed quota.
     Indeterminate {
+        /// The policy whose evaluation may or may not have happened.
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
     /// State, program or reply mismatch.
     Incompatible {
+        /// The policy whose state, program or reply did not fit.
         policy_id: PolicyId,
+        /// What did not fit.
         category: IncompatibleCategory,
     },
 }
 
 impl RateLimitOutcome {
+    /// The policy this outcome is for, whichever the variant.
     pub fn policy_id(&self) -> &PolicyId {
         match self {
             RateLimitOutcome::Evaluated(d) => &d.policy_id,

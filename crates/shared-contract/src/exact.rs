@@ -13,6 +13,7 @@ pub const MAX_SAFE_INTEGER: u64 = (1 << 53) - 1;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 #[error("arithmetic left the exact integer range 0..=2^53-1 in `{op}`")]
 pub struct OutOfRange {
+    /// The operation that left the range (`add`, `sub`, `mul`, `div` or `rem`).
     pub op: &'static str,
 }
 
@@ -25,6 +26,7 @@ fn check(value: Option<u64>, op: &'static str) -> R {
     }
 }
 
+/// `a + b`; a sum above 2^53-1 is out of range.
 pub fn add(a: u64, b: u64) -> R {
     check(a.checked_add(b), "add")
 }
@@ -34,6 +36,7 @@ pub fn sub(a: u64, b: u64) -> R {
     check(a.checked_sub(b), "sub")
 }
 
+/// `a * b`; a product above 2^53-1 is out of range.
 pub fn mul(a: u64, b: u64) -> R {
     check(a.checked_mul(b), "mul")
 }
@@ -54,6 +57,8 @@ pub fn div_ceil(a: u64, b: u64) -> R {
     if rem(a, b)? == 0 { Ok(q) } else { add(q, 1) }
 }
 
+/// Greatest common divisor (Euclid); `gcd(a, 0) = a`. Plain `u64`: it never exceeds the larger
+/// input.
 pub fn gcd(mut a: u64, mut b: u64) -> u64 {
     while b != 0 {
         (a, b) = (b, a % b);

@@ -12,18 +12,29 @@ use crate::exact::MAX_SAFE_INTEGER;
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum IdError {
+    /// The refused policy id (at most its first 80 characters).
     #[error("policy id {0:?} must be 1..=64 characters of [a-z0-9_-]")]
     PolicyId(String),
+    /// A policy revision of 0.
     #[error("policy revision must be >= 1")]
     Revision,
+    /// A subject digest of the wrong length; carries the length given, in bytes.
     #[error("subject digest must be exactly 32 bytes, got {0}")]
     SubjectDigestLength(usize),
+    /// A cost of 0 or above 2^53-1; carries the refused value.
     #[error("cost {0} must be between 1 and 2^53-1")]
     Cost(u64),
+    /// The refused evaluation id (at most its first 130 characters).
     #[error("evaluation id must be 1..=128 bytes of visible ASCII, got {0:?}")]
     EvaluationId(String),
+    /// A deadline budget of zero or longer than [`Deadline::MAX_BUDGET`].
     #[error("deadline budget must be > 0 and <= {max_ms} ms, got {got_ms} ms")]
-    Deadline { got_ms: u128, max_ms: u64 },
+    Deadline {
+        /// The budget given, in whole milliseconds (rounded down).
+        got_ms: u128,
+        /// The longest budget accepted, in ms.
+        max_ms: u64,
+    },
 }
 
 /// Whether `value` is 1..=`max_len` bytes of `[a-z0-9_-]`: the alphabet of names that end up
@@ -64,6 +75,7 @@ impl PolicyId {
         }
     }
 
+    /// The id as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -96,6 +108,7 @@ impl PolicyRevision {
         }
     }
 
+    /// The revision number, at least 1.
     pub fn get(self) -> u32 {
         self.0
     }
@@ -113,8 +126,10 @@ impl fmt::Display for PolicyRevision {
 pub struct SubjectDigest([u8; 32]);
 
 impl SubjectDigest {
+    /// Length of a digest in bytes.
     pub const LEN: usize = 32;
 
+    /// A digest from its 32 bytes; any value is valid.
     pub const fn from_bytes(bytes: [u8; 32]) -> Self {
         Self(bytes)
     }
@@ -127,6 +142,7 @@ impl SubjectDigest {
             .map_err(|_| IdError::SubjectDigestLength(bytes.len()))
     }
 
+    /// The digest's 32 bytes.
     pub fn as_bytes(&self) -> &[u8; 32] {
         &self.0
     }
@@ -148,6 +164,7 @@ impl fmt::Debug for SubjectDigest {
 pub struct Cost(NonZeroU64);
 
 impl Cost {
+    /// A cost of 1, the usual cost of one request.
     pub const ONE: Cost = Cost(NonZeroU64::MIN);
 
     /// # Errors
@@ -159,6 +176,7 @@ impl Cost {
         }
     }
 
+    /// The cost, in `1..=2^53-1`.
     pub fn get(self) -> u64 {
         self.0.get()
     }
@@ -184,6 +202,7 @@ impl EvaluationId {
         }
     }
 
+    /// The id as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -220,6 +239,7 @@ impl Deadline {
         Ok(Self(start + budget))
     }
 
+    /// The point in time by which the answer is needed.
     pub fn instant(self) -> Instant {
         self.0
     }

@@ -24,10 +24,12 @@ use crate::policy::{ConcurrencyParams, RateLimitPolicy};
 pub struct LeaseToken([u8; 16]);
 
 impl LeaseToken {
+    /// A token from its 16 bytes; any value is valid.
     pub const fn from_bytes(bytes: [u8; 16]) -> Self {
         Self(bytes)
     }
 
+    /// The token's 16 bytes.
     pub fn as_bytes(&self) -> &[u8; 16] {
         &self.0
     }
@@ -47,6 +49,7 @@ impl fmt::Debug for LeaseToken {
 
 /// Where providers take new lease tokens from; injected so that tests can fix them.
 pub trait TokenSource: Send + Sync + fmt::Debug {
+    /// A new token, different from every earlier one of this source.
     fn next_token(&self) -> LeaseToken;
 }
 
@@ -96,14 +99,20 @@ impl TokenSource for SequenceTokens {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum LeaseIdError {
+    /// The text is not four `.`-separated parts or is longer than [`LeaseId::MAX_LEN`]; carries the
+    /// text (clipped).
     #[error("lease id must be l1.<policy>.<64 hex subject digest>.<32 hex token>, got {0:?}")]
     Shape(String),
+    /// The first part is not `l1`; carries that part.
     #[error("lease id version must be l1, got {0:?}")]
     Version(String),
+    /// The policy part is not a valid [`PolicyId`]; carries that part.
     #[error("lease id policy {0:?} is not a valid policy id")]
     Policy(String),
+    /// The subject part is not 64 lowercase hex digits; carries that part.
     #[error("lease id subject digest must be 64 lowercase hex digits, got {0:?}")]
     Subject(String),
+    /// The token part is not 32 lowercase hex digits; carries that part.
     #[error("lease id token must be 32 lowercase hex digits, got {0:?}")]
     Token(String),
 }
@@ -111,8 +120,11 @@ pub enum LeaseIdError {
 /// A lease: which policy and subject it counts against, and its token.
 #[derive(Clone, PartialEq, Eq, Hash, Debug)]
 pub struct LeaseId {
+    /// The concurrency policy the lease counts against.
     pub policy_id: PolicyId,
+    /// The subject whose places the lease takes one of.
     pub subject: SubjectDigest,
+    /// The holder's proof: a release must name it.
     pub token: LeaseToken,
 }
 
@@ -206,22 +218,29 @@ fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
 /// A request for one lease of `policy_id` for `subject`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct AcquireRequest {
+    /// The concurrency policy to take a place of.
     pub policy_id: PolicyId,
+    /// The subject the lease is for.
     pub subject: SubjectDigest,
+    /// When the caller needs the answer by.
     pub deadline: Deadline,
 }
 
 /// A request to give a lease back.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ReleaseRequest {
+    /// The lease to give back, as the acquire returned it.
     pub lease: LeaseId,
+    /// When the caller needs the answer by.
     pub deadline: Deadline,
 }
 
 /// A held lease, as an acquire answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
+    /// The lease's id: what a release names.
     pub id: LeaseId,
+    /// The policy revision the lease was acquired under.
     pub revision: PolicyRevision,
     /// Unix ms, by the provider's clock, when the lease expires if not released.
     pub expires_at_ms: u64,
@@ -231,7 +250,9 @@ pub struct Lease {
     pub limit: u64,
     /// Leases the subject may still acquire now, after this one.
     pub remaining: u64,
+    /// Which provider, or which stand-in for it, granted the lease.
     pub source: Source,
+    /// How exact the count of held leases is.
     pub certainty: Certainty,
 }
 
@@ -263,28 +284,42 @@ impl Lease {
 /// The honest result of an acquire. Only `Acquired` holds a lease.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AcquireOutcome {
+    /// A place was free: the lease is held now.
     Acquired(Lease),
     /// `limit` leases are held; nothing changed. The earliest of them expires in
     /// `retry_after_ms` (sooner if one is released).
     Denied {
+        /// The policy whose places are all taken.
         policy_id: PolicyId,
+        /// The policy's limit: most leases of one subject held at once.
         limit: u64,
+        /// Milliseconds until the earliest held lease expires.
         retry_after_ms: u64,
+        /// Which provider, or which stand-in for it, denied.
         source: Source,
     },
     /// Known: nothing was acquired.
     Unavailable {
+        /// The policy that could not be evaluated.
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
+        /// Why nothing was tried.
         category: UnavailableCategory,
     },
     /// Sent, result unknown: a lease may be held now (it then expires by its TTL).
     Indeterminate {
+        /// The policy whose acquire may or may not have happened.
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
+    /// State, program or reply mismatch; no lease is returned (after a `Reply` mismatch the program
+    /// ran, so a lease may be held until it expires).
     Incompatible {
+        /// The policy whose state, program or reply did not fit.
         policy_id: PolicyId,
+        /// What did not fit.
         category: IncompatibleCategory,
     },
 }
@@ -315,14 +350,20 @@ pub enum ReleaseOutcome {
     NotHeld,
     /// Known: nothing was released.
     Unavailable {
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
+        /// Why nothing was tried.
         category: UnavailableCategory,
     },
     /// Sent, result unknown: the lease may be freed or still held (it expires by its TTL).
     Indeterminate {
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
+    /// State, program or reply mismatch (after a `Reply` mismatch the program ran, so the lease may
+    /// be freed).
     Incompatible {
+        /// What did not fit.
         category: IncompatibleCategory,
     },
 }

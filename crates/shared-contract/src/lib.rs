@@ -13,6 +13,8 @@
 //! This crate depends on no other workspace crate and on no runtime, driver or serialization
 //! library (no tokio, redis, axum or serde): adapters convert at their edges.
 
+#![warn(missing_docs)]
+
 pub mod clock;
 pub mod decision;
 pub mod exact;

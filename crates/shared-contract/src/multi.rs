@@ -28,8 +28,11 @@ pub const MAX_REPLAY_WINDOW_MS: u64 = 86_400_000;
 /// One limit of a multi-limit evaluation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Limit {
+    /// The policy this limit applies.
     pub policy_id: PolicyId,
+    /// The subject this limit counts for.
     pub subject: SubjectDigest,
+    /// What this request costs against this limit; at most the policy's `max_cost`.
     pub cost: Cost,
 }
 
@@ -64,10 +67,12 @@ impl Limits {
         Ok(Self(limits))
     }
 
+    /// The limits, in request order.
     pub fn as_slice(&self) -> &[Limit] {
         &self.0
     }
 
+    /// How many limits: `1..=MAX_LIMITS`.
     pub fn len(&self) -> usize {
         self.0.len()
     }
@@ -77,6 +82,7 @@ impl Limits {
         self.0.is_empty()
     }
 
+    /// The limits, in request order.
     pub fn iter(&self) -> std::slice::Iter<'_, Limit> {
         self.0.iter()
     }
@@ -85,10 +91,12 @@ impl Limits {
 /// Several limits of one caller request, decided as one.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultiRequest {
+    /// The limits to decide together.
     pub limits: Limits,
     /// A retry with the same id and limits within the replay window answers the first
     /// decision and charges nothing more.
     pub evaluation_id: Option<EvaluationId>,
+    /// When the caller needs the answer by.
     pub deadline: Deadline,
 }
 
@@ -144,7 +152,9 @@ pub fn replay_window_ms<'a>(policies: impl IntoIterator<Item = &'a RateLimitPoli
 /// would have had after the charge.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultiDecision {
+    /// Whether every limit admitted, and so every limit was charged; `false` charged nothing.
     pub allowed: bool,
+    /// One decision per limit, in request order.
     pub decisions: Vec<RateLimitDecision>,
     /// This answer is the stored first decision of a retried evaluation id: nothing was
     /// evaluated or charged now.
@@ -163,21 +173,31 @@ impl MultiDecision {
 /// arose at (the first one when it is not known).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MultiOutcome {
+    /// Every limit was evaluated: an allow of all or a deny.
     Evaluated(MultiDecision),
     /// Known: nothing was mutated for any limit.
     Unavailable {
+        /// The policy of the limit the failure arose at (the first limit's when not known).
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
+        /// Why nothing was tried.
         category: UnavailableCategory,
     },
     /// Sent, result unknown: every limit may or may not have been charged (all or none).
     Indeterminate {
+        /// The policy of the limit the failure arose at (the first limit's when not known).
         policy_id: PolicyId,
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
     /// State, program or reply mismatch; nothing was charged.
     Incompatible {
+        /// The policy of the limit whose state, program or reply did not fit (the first limit's
+        /// when
+        /// not known).
         policy_id: PolicyId,
+        /// What did not fit.
         category: IncompatibleCategory,
     },
 }
@@ -203,6 +223,7 @@ impl MultiOutcome {
         }
     }
 
+    /// The decision, when there is one.
     pub fn decision(&self) -> Option<&MultiDecision> {
         match self {
             MultiOutcome::Evaluated(d) => Some(d),

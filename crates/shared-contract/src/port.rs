@@ -11,11 +11,15 @@ use crate::policy::{Algorithm, ConcurrencyParams, RateLimitPolicy};
 /// One request to evaluate against one policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RateLimitRequest {
+    /// The policy to evaluate against.
     pub policy_id: PolicyId,
+    /// Whom the request counts for.
     pub subject: SubjectDigest,
+    /// What the request consumes; at most the policy's `max_cost`.
     pub cost: Cost,
     /// Only for providers that deduplicate retried evaluations; others refuse it.
     pub evaluation_id: Option<EvaluationId>,
+    /// When the caller needs the answer by.
     pub deadline: Deadline,
 }
 
@@ -23,39 +27,69 @@ pub struct RateLimitRequest {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum RequestError {
+    /// No policy of this id is configured.
     #[error("unknown policy {0}")]
     UnknownPolicy(PolicyId),
+    /// The request costs more than the policy admits at once.
     #[error("cost {cost} is above max_cost {max_cost} of policy {policy_id}")]
     CostAboveMax {
+        /// The policy whose `max_cost` was exceeded.
         policy_id: PolicyId,
+        /// The request's cost.
         cost: u64,
+        /// The policy's `max_cost`.
         max_cost: u64,
     },
+    /// The request carries an evaluation id, and this provider does not deduplicate.
     #[error("this provider does not deduplicate evaluations; evaluation_id must be absent")]
     EvaluationIdUnsupported,
+    /// A multi-limit evaluation with no limit.
     #[error("a multi-limit evaluation needs at least one limit")]
     NoLimits,
+    /// A multi-limit evaluation with more than [`MAX_LIMITS`](crate::MAX_LIMITS) limits.
     #[error("a multi-limit evaluation takes at most {max} limits, got {got}")]
-    TooManyLimits { got: usize, max: usize },
+    TooManyLimits {
+        /// How many limits the evaluation had.
+        got: usize,
+        /// The most accepted, [`MAX_LIMITS`](crate::MAX_LIMITS).
+        max: usize,
+    },
+    /// The same policy appears twice for one subject in a multi-limit evaluation.
     #[error("policy {policy_id} is given twice for the same subject")]
-    DuplicateLimit { policy_id: PolicyId },
+    DuplicateLimit {
+        /// The policy given twice.
+        policy_id: PolicyId,
+    },
     /// A cluster runs one program on the keys of one slot only: limits of different subjects
     /// live in different slots and cannot be decided atomically there.
     #[error(
         "the limits span {slots} cluster slots (different subjects); a multi-limit evaluation on a cluster takes one subject"
     )]
-    SpansSlots { slots: usize },
+    SpansSlots {
+        /// How many cluster slots the limits' keys fall in (at least 2).
+        slots: usize,
+    },
     /// The provider holds as many live evaluation ids as it may; a new one cannot be
     /// remembered, so it is refused rather than risk charging a retry twice.
     #[error("too many evaluation ids are held ({held}); retry later or send none")]
-    EvaluationIdsFull { held: usize },
+    EvaluationIdsFull {
+        /// How many live evaluation ids the provider holds.
+        held: usize,
+    },
     /// `evaluate` or `evaluate_all` named a concurrency policy: its places are taken by
     /// acquiring a lease, never charged per request. Nothing was charged.
     #[error("policy {policy_id} is a concurrency policy; acquire a lease instead of evaluating")]
-    ConcurrencyPolicy { policy_id: PolicyId },
+    ConcurrencyPolicy {
+        /// The concurrency policy named.
+        policy_id: PolicyId,
+    },
     /// A lease was asked of (or released to) a rate policy.
     #[error("policy {policy_id} is not a concurrency policy; it has no leases")]
-    NotConcurrencyPolicy { policy_id: PolicyId },
+    NotConcurrencyPolicy {
+        /// The rate policy named.
+        policy_id: PolicyId,
+    },
+    /// A lease was asked of a provider that holds none.
     #[error("this provider does not hold leases")]
     LeasesUnsupported,
 }
@@ -63,7 +97,9 @@ pub enum RequestError {
 /// Whether a provider can evaluate now, and if not, why (for readiness probes).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Readiness {
+    /// The provider can evaluate.
     Ready,
+    /// The provider cannot evaluate now; carries the reason, for people.
     NotReady(String),
 }
 
@@ -123,8 +159,10 @@ pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum PolicySetError {
+    /// Two policies have this id.
     #[error("policy {0} is defined twice")]
     Duplicate(PolicyId),
+    /// The default policy id names no policy of the set.
     #[error("default policy {0} is not defined")]
     MissingDefault(PolicyId),
 }
@@ -158,14 +196,17 @@ impl PolicySet {
         })
     }
 
+    /// The policy of this id; `None` when there is none.
     pub fn get(&self, id: &PolicyId) -> Option<&RateLimitPolicy> {
         self.policies.get(id)
     }
 
+    /// The policy used when a caller names none.
     pub fn default_id(&self) -> &PolicyId {
         &self.default
     }
 
+    /// Every policy, in id order.
     pub fn iter(&self) -> impl Iterator<Item = &RateLimitPolicy> {
         self.policies.values()
     }

@@ -59,10 +59,13 @@ pub enum Step {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum FeedError {
+    /// The gate's state, program or reply is not what this build expects; the feed cannot go on.
     #[error("gate state incompatible ({})", .0.as_str())]
     Incompatible(IncompatibleCategory),
+    /// A gate call was refused (the gate is not configured).
     #[error(transparent)]
     Request(#[from] GateRequestError),
+    /// A step's time budget could not be made into a deadline (zero or above 60 s); carries why.
     #[error("deadline: {0}")]
     Deadline(String),
 }

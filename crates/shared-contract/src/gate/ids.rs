@@ -12,14 +12,23 @@ use crate::ids::{PolicyId, is_name, is_visible_ascii};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GateValueError {
+    /// The refused gate id (at most its first 80 characters).
     #[error("gate id {0:?} must be 1..=64 characters of [a-z0-9_-]")]
     GateId(String),
     #[error(
         "event key must be 1..=256 bytes of UTF-8 without control characters, got {len} bytes starting {prefix:?}"
     )]
-    EventKey { len: usize, prefix: String },
+    /// An empty or too long event key, or one with a control character.
+    EventKey {
+        /// Length of the refused key, in bytes.
+        len: usize,
+        /// The refused key's first 40 characters.
+        prefix: String,
+    },
+    /// The refused event id (at most its first 130 characters).
     #[error("event id must be 1..=128 bytes of visible ASCII, got {0:?}")]
     EventId(String),
+    /// A clock value above 2^53-1; carries the value.
     #[error("gate clock {0} is above 2^53-1")]
     Clock(u64),
 }
@@ -45,6 +54,7 @@ impl GateId {
         }
     }
 
+    /// The id as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -92,6 +102,7 @@ impl EventKey {
         }
     }
 
+    /// The key as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -124,6 +135,7 @@ impl EventId {
         }
     }
 
+    /// The id as given.
     pub fn as_str(&self) -> &str {
         &self.0
     }
@@ -157,6 +169,7 @@ impl GateClock {
         }
     }
 
+    /// The clock value, in `0..=2^53-1`.
     pub fn get(self) -> u64 {
         self.0
     }

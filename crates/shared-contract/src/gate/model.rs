@@ -76,6 +76,7 @@ impl EventStatus {
             .find(|s| s.as_str() == name)
     }
 
+    /// Whether the status is final (`Published` or `Invalidated`).
     pub fn is_terminal(self) -> bool {
         self != EventStatus::Submitted
     }
@@ -84,8 +85,11 @@ impl EventStatus {
 /// Everything a gate holds about one event, as the event lookup answers it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct EventRecord {
+    /// Names the event within its gate.
     pub id: EventId,
+    /// The key that decides which events conflict with it.
     pub key: EventKey,
+    /// Where the event is in its lifecycle.
     pub status: EventStatus,
     /// The clock value of the event's latest status change.
     pub clock: GateClock,
@@ -100,8 +104,11 @@ pub struct EventRecord {
 /// One status change: the delta a subscriber applies.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StatusUpdate {
+    /// The clock value this change took; updates are applied in clock order.
     pub clock: GateClock,
+    /// The event that changed.
     pub id: EventId,
+    /// The event's key.
     pub key: EventKey,
     /// The new status: `Submitted` for a new incubating event, or a terminal one.
     pub status: EventStatus,
@@ -115,9 +122,13 @@ pub struct StatusUpdate {
 /// One incubating event, as a snapshot lists it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IncubatingEvent {
+    /// Names the event within its gate.
     pub id: EventId,
+    /// The key that decides which events conflict with it.
     pub key: EventKey,
+    /// Gate time (Unix ms) of the submission.
     pub submitted_at_ms: u64,
+    /// Gate time (Unix ms) from which the event is published: `submitted_at_ms + duration`.
     pub publish_at_ms: u64,
 }
 
@@ -127,6 +138,7 @@ pub struct IncubatingEvent {
 /// of any later moment (see [`super::Replica`]).
 #[derive(Debug, Clone, PartialEq, Eq, Default)]
 pub struct Snapshot {
+    /// The gate's clock the snapshot was read at: updates above it are not reflected.
     pub clock: GateClock,
     /// In due order: `(publish_at_ms, id)` ascending, the order of publication.
     pub incubating: Vec<IncubatingEvent>,
@@ -137,14 +149,18 @@ pub struct Snapshot {
 pub enum SubmitOutcome {
     /// The event entered the lifecycle and incubates until `publish_at_ms`.
     Submitted {
+        /// The clock value of the submission.
         clock: GateClock,
+        /// Gate time (Unix ms) when the event is published unless invalidated first.
         publish_at_ms: u64,
     },
     /// The event conflicts with `conflicts_with` (the last submitted event of the key in
     /// `only_once`, the last received one in `strictly_once`, which may itself have been
     /// rejected) and never enters the lifecycle.
     Rejected {
+        /// The clock value of the rejection answer.
         clock: GateClock,
+        /// The event the submission conflicts with.
         conflicts_with: EventId,
     },
     /// The gate already holds an event with this id: nothing changed, and this is what the
@@ -174,7 +190,9 @@ impl SubmitOutcome {
 /// of a submitted event, or the invalidation a `strictly_once` rejection caused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Submission {
+    /// What the submitter is told.
     pub outcome: SubmitOutcome,
+    /// The status change a subscriber sees, if the submission caused one.
     pub update: Option<StatusUpdate>,
     /// The gate time the submission was decided at (after clamping).
     pub now_ms: u64,
@@ -193,22 +211,35 @@ pub struct Sweep {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GateError {
+    /// The provider's clock reading (Unix ms) is above `MAX_TIME_MS`; carries the reading.
     #[error("clock {0} ms is beyond the supported range")]
     TimeOutOfRange(u64),
     #[error(
         "clock {now_ms} ms is behind the gate's time {last_ms} ms by more than max_clock_regression {max_ms} ms"
     )]
+    /// The provider's clock went back further than `max_clock_regression` allows.
     ClockBehind {
+        /// The provider's clock reading (Unix ms).
         now_ms: u64,
+        /// The latest time (Unix ms) the gate acted on.
         last_ms: u64,
+        /// The gate's `max_clock_regression` in ms.
         max_ms: u64,
     },
+    /// Admitting the event would exceed `max_events` events or live key windows.
     #[error("the gate already holds max_events = {max} events or live key windows")]
-    Full { max: u64 },
+    Full {
+        /// The gate's `max_events`.
+        max: u64,
+    },
+    /// Every clock value up to 2^53-1 has been handed out.
     #[error("the gate clock reached 2^53-1")]
     ClockExhausted,
+    /// An intermediate value left `0..=2^53-1` (a model bug, or settings validation should have
+    /// refused).
     #[error(transparent)]
     OutOfRange(#[from] OutOfRange),
+    /// Stored state the gate could not have written; carries what does not fit.
     #[error("gate state is inconsistent: {0}")]
     StateIncompatible(&'static str),
 }
@@ -254,6 +285,7 @@ impl GateState {
         }
     }
 
+    /// The gate's validated settings.
     pub fn settings(&self) -> &GateSettings {
         &self.settings
     }
@@ -278,10 +310,12 @@ impl GateState {
         self.events.len()
     }
 
+    /// Whether the gate holds no event (incubating or retained).
     pub fn is_empty(&self) -> bool {
         self.events.is_empty()
     }
 
+    /// How many events incubate (submitted, not yet published or invalidated).
     pub fn incubating_len(&self) -> usize {
         self.due.len()
     }

@@ -24,9 +24,13 @@ use crate::port::Readiness;
 /// One event to submit to one gate. The edge makes an id when the client sent none.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SubmitRequest {
+    /// The gate to submit to.
     pub gate: GateId,
+    /// The key that decides which events conflict.
     pub key: EventKey,
+    /// Names the event; a retry with the same id is answered as a duplicate.
     pub id: EventId,
+    /// When the caller needs the answer by.
     pub deadline: Deadline,
 }
 
@@ -34,6 +38,7 @@ pub struct SubmitRequest {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GateRequestError {
+    /// No gate of this id is configured.
     #[error("unknown gate {0}")]
     UnknownGate(GateId),
 }
@@ -41,20 +46,25 @@ pub enum GateRequestError {
 /// The honest result of one gate operation. Only `Evaluated` carries an answer.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GateOutcome<T> {
+    /// The gate answered; for a submission, a rejection is an answer too.
     Evaluated(T),
     /// Known: nothing changed (not connected, admission bound or `max_events` reached, clock
     /// unsafe, deadline too short, ...).
     Unavailable {
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
+        /// Why nothing was done.
         category: UnavailableCategory,
     },
     /// Sent, result unknown: the operation may or may not have taken effect. Reads never
     /// answer this (a failed read changed nothing, so it is `Unavailable`).
     Indeterminate {
+        /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
     /// Stored state, program or reply do not fit what this build expects.
     Incompatible {
+        /// What did not fit.
         category: IncompatibleCategory,
     },
 }

@@ -16,10 +16,22 @@ use super::model::{EventStatus, IncubatingEvent, Snapshot, StatusUpdate};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplicaError {
+    /// A `Submitted` update for an event the replica already holds as incubating.
     #[error("update {clock} submits {id}, which the replica already holds as incubating")]
-    AlreadyIncubating { id: EventId, clock: GateClock },
+    AlreadyIncubating {
+        /// The event the update names.
+        id: EventId,
+        /// The update's clock.
+        clock: GateClock,
+    },
+    /// A `Published` or `Invalidated` update for an event the replica does not hold.
     #[error("update {clock} ends {id}, which the replica does not hold as incubating")]
-    UnknownEvent { id: EventId, clock: GateClock },
+    UnknownEvent {
+        /// The event the update names.
+        id: EventId,
+        /// The update's clock.
+        clock: GateClock,
+    },
 }
 
 /// What [`Replica::apply`] did with an update.
@@ -76,14 +88,17 @@ impl Replica {
         self.clock
     }
 
+    /// How many incubating events the replica holds.
     pub fn len(&self) -> usize {
         self.incubating.len()
     }
 
+    /// Whether the replica holds no incubating event.
     pub fn is_empty(&self) -> bool {
         self.incubating.is_empty()
     }
 
+    /// The incubating event of this id; `None` when the replica does not hold it.
     pub fn get(&self, id: &EventId) -> Option<&IncubatingEvent> {
         self.incubating.get(id)
     }

@@ -26,6 +26,7 @@ pub enum GateMode {
 }
 
 impl GateMode {
+    /// Every mode, in configuration order.
     pub const ALL: [GateMode; 2] = [GateMode::OnlyOnce, GateMode::StrictlyOnce];
 
     /// The configuration name (`"only_once"`, `"strictly_once"`).
@@ -52,7 +53,9 @@ impl fmt::Display for GateMode {
 /// them all. [`GateSpec::new`] fills the optional ones with their defaults.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct GateSpec {
+    /// How configuration, requests and keys name the gate; unique within a [`GateSet`].
     pub id: GateId,
+    /// How events of one key conflict.
     pub mode: GateMode,
     /// The event duration: how far apart events of one key must be, and how long a submitted
     /// event incubates before it is published.
@@ -145,9 +148,11 @@ impl GateSettings {
         }
     }
 
+    /// How configuration, requests and keys name the gate.
     pub fn id(&self) -> &GateId {
         &self.id
     }
+    /// How events of one key conflict.
     pub fn mode(&self) -> GateMode {
         self.mode
     }
@@ -159,9 +164,12 @@ impl GateSettings {
     pub fn retention_ms(&self) -> u64 {
         self.retention_ms
     }
+    /// The most events (incubating plus retained) and the most live key windows the gate holds:
+    /// `1..=MAX_EVENTS_LIMIT`.
     pub fn max_events(&self) -> u64 {
         self.max_events
     }
+    /// How far the provider's clock may go back, in ms, before the gate refuses to act.
     pub fn max_clock_regression_ms(&self) -> u64 {
         self.max_clock_regression_ms
     }
@@ -171,6 +179,7 @@ impl GateSettings {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum GateSetError {
+    /// Two gates have this id.
     #[error("gate {0} is defined twice")]
     Duplicate(GateId),
 }
@@ -194,14 +203,17 @@ impl GateSet {
         Ok(Self { gates: map })
     }
 
+    /// The settings of this gate; `None` when there is none.
     pub fn get(&self, id: &GateId) -> Option<&GateSettings> {
         self.gates.get(id)
     }
 
+    /// Every gate's settings, in id order.
     pub fn iter(&self) -> impl Iterator<Item = &GateSettings> {
         self.gates.values()
     }
 
+    /// Whether the set holds no gate.
     pub fn is_empty(&self) -> bool {
         self.gates.is_empty()
     }

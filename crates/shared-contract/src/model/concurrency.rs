@@ -45,19 +45,28 @@ impl ConcurrencyState {
 pub enum Acquire {
     /// The lease is held until `expires_at_ms`; `remaining` more may be acquired now.
     Acquired {
+        /// Unix ms, by the provider's clock, when the new lease expires: `now + lease_ttl`.
         expires_at_ms: u64,
+        /// Leases the subject may still acquire now, after this one.
         remaining: u64,
+        /// The state to store: the live leases plus the new one (expired ones dropped).
         new_state: ConcurrencyState,
     },
     /// `limit` leases are held; the earliest expires in `retry_after_ms`.
-    Denied { retry_after_ms: u64 },
+    Denied {
+        /// Milliseconds until the earliest held lease expires (a release frees a place sooner).
+        retry_after_ms: u64,
+    },
 }
 
 /// The verdict of a release.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Release {
+    /// The lease was held and is removed now.
     Released,
+    /// The lease had expired (its place was already free); it is removed now.
     Expired,
+    /// No lease of this token is in the state; nothing changed.
     NotHeld,
 }
 

@@ -39,7 +39,9 @@ pub struct DenialBound {
     pub retry_after_ms: u64,
     /// The figures the denial reported.
     pub limit: u64,
+    /// The `remaining` the denial reported.
     pub remaining: u64,
+    /// The `reset_at_ms` the denial reported (Unix ms).
     pub reset_at_ms: u64,
 }
 

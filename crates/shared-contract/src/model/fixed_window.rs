@@ -7,8 +7,10 @@ use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, rem, sub};
 use crate::policy::FixedWindowParams;
 
+/// Stored state of a fixed-window policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowState {
+    /// Effective time (Unix ms) of the last allow; `count` belongs to its window.
     pub last_ms: u64,
     /// Cost consumed in the window of `last_ms`.
     pub count: u64,

@@ -18,8 +18,10 @@ use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, sub};
 use crate::policy::GcraParams;
 
+/// Stored state of a GCRA policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
+    /// Effective time (Unix ms) of the last allow, from which `debt` is repaid.
     pub last_ms: u64,
     /// `TAT - last_ms`, in time units.
     pub debt: u64,

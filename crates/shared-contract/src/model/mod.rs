@@ -40,14 +40,19 @@ pub use token_bucket::TokenBucketState;
 /// The rules every algorithm shares, taken from the policy.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Rules {
+    /// Largest step back of the clock, in ms, that is computed with the last write's time instead;
+    /// further back answers `ClockUnsafe`.
     pub max_clock_regression_ms: u64,
+    /// Extra time, in ms, a write lives past the point where it no longer differs from no state.
     pub cleanup_grace_ms: u64,
 }
 
 /// The verdict of one evaluation, as the Lua programs' status field names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Verdict {
+    /// The request fits and is charged: `new_state` holds the state to store.
     Allowed,
+    /// The request does not fit; nothing changed.
     Denied,
     /// The clock went back further than the policy allows; nothing changed.
     ClockUnsafe,
@@ -56,12 +61,22 @@ pub enum Verdict {
 /// The full result of one model step: the seven reply fields plus the state to write.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Evaluation<S> {
+    /// Allowed, denied, or refused for a clock that went back too far.
     pub verdict: Verdict,
+    /// The provider's clock reading the evaluation was given (Unix ms).
     pub server_now_ms: u64,
+    /// The time computed with (Unix ms): `server_now_ms`, or the last write's time when the clock
+    /// went back; for `ClockUnsafe` the last write's time.
     pub effective_now_ms: u64,
+    /// The most cost admissible at once (limit, capacity or burst).
     pub limit: u64,
+    /// Cost still admissible at the effective time, after this request when allowed; 0 for
+    /// `ClockUnsafe`.
     pub remaining: u64,
+    /// Milliseconds until this request alone could be admitted; 0 when allowed; for `ClockUnsafe`,
+    /// until the clock is back at the last write.
     pub retry_after_ms: u64,
+    /// Unix ms when the full quota is available again; for `ClockUnsafe`, the last write's time.
     pub reset_at_ms: u64,
     /// `Some` exactly when the verdict is `Allowed`: the state to store.
     pub new_state: Option<S>,
@@ -161,14 +176,24 @@ impl<S> Evaluation<S> {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ModelError {
+    /// An intermediate value left `0..=2^53-1`: a model bug, or a policy validation should have
+    /// refused.
     #[error(transparent)]
     OutOfRange(#[from] OutOfRange),
+    /// Stored state the model could not have written under this policy; carries what does not fit.
     #[error("stored state does not fit the policy: {0}")]
     StateIncompatible(&'static str),
+    /// The clock reading (Unix ms) is above [`MAX_TIME_MS`]; carries the reading.
     #[error("clock {0} ms is beyond the supported range")]
     ClockOutOfRange(u64),
+    /// The cost is above the policy's `max_cost`.
     #[error("cost {cost} is above max_cost {max_cost}")]
-    CostAboveMax { cost: u64, max_cost: u64 },
+    CostAboveMax {
+        /// The request's cost.
+        cost: u64,
+        /// The policy's `max_cost`.
+        max_cost: u64,
+    },
     /// A concurrency policy is acquired and released, never evaluated ([`concurrency`]).
     #[error("a concurrency policy is not evaluated per request; acquire a lease instead")]
     NotRatePolicy,
@@ -246,11 +271,17 @@ fn check_last(last_ms: u64) -> Result<(), ModelError> {
 /// State of any algorithm, for providers that store all policies alike.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlgorithmState {
+    /// State of a fixed-window policy.
     FixedWindow(FixedWindowState),
+    /// State of a sliding-window-counter policy.
     SlidingWindow(SlidingWindowState),
+    /// State of a token-bucket policy.
     TokenBucket(TokenBucketState),
+    /// State of a GCRA policy.
     Gcra(GcraState),
+    /// State of a sliding-log policy.
     SlidingLog(SlidingLogState),
+    /// State of a concurrency policy (its leases).
     Concurrency(ConcurrencyState),
 }
 

@@ -20,8 +20,11 @@ use super::{AlgorithmState, Evaluation, ModelError, Verdict};
 /// One limit as the model takes it: its policy, its stored state and the cost.
 #[derive(Debug, Clone, Copy)]
 pub struct Member<'a> {
+    /// The limit's policy.
     pub policy: &'a RateLimitPolicy,
+    /// The limit's stored state; `None` when there is none (a fresh or forgotten subject).
     pub state: Option<&'a AlgorithmState>,
+    /// What the request costs against this limit.
     pub cost: Cost,
 }
 
@@ -34,12 +37,16 @@ pub enum MultiVerdict {
     Denied,
     /// The member at `index` (the first such) saw the clock too far behind its state;
     /// nothing is written.
-    ClockUnsafe { index: usize },
+    ClockUnsafe {
+        /// Position of that member, from 0.
+        index: usize,
+    },
 }
 
 /// The result of a multi-limit evaluation.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultiEvaluation {
+    /// Allowed, denied, or refused for an unsafe clock.
     pub verdict: MultiVerdict,
     /// One evaluation per member, in order; `new_state` is `Some` only when the verdict is
     /// `Allowed`.
@@ -50,7 +57,9 @@ pub struct MultiEvaluation {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("limit {index}: {error}")]
 pub struct MemberError {
+    /// Position of the refused member, from 0.
     pub index: usize,
+    /// Why the model refused it.
     pub error: ModelError,
 }
 

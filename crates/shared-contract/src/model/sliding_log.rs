@@ -15,8 +15,10 @@ use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, sub};
 use crate::policy::SlidingLogParams;
 
+/// Stored state of a sliding-log policy for one subject.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SlidingLogState {
+    /// Effective time (Unix ms) of the last allow.
     pub last_ms: u64,
     /// `(time_ms, cost)`, strictly increasing in time, every time <= `last_ms`.
     pub entries: Vec<(u64, u64)>,

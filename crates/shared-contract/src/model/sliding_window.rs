@@ -18,10 +18,14 @@ use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::{SLIDING_WINDOW_SCALE as S, SlidingWindowParams};
 
+/// Stored state of a sliding-window-counter policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SlidingWindowState {
+    /// Effective time (Unix ms) of the last allow.
     pub last_ms: u64,
+    /// Cost counted in the aligned window before the one of `last_ms`.
     pub previous: u64,
+    /// Cost counted in the aligned window of `last_ms`.
     pub current: u64,
 }
 

@@ -18,8 +18,10 @@ use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::TokenBucketParams;
 
+/// Stored state of a token-bucket policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucketState {
+    /// Effective time (Unix ms) of the last allow, from which the bucket refills.
     pub last_ms: u64,
     /// Tokens at `last_ms`, in units of `1/scale` token.
     pub tokens: u64,

@@ -17,9 +17,11 @@ pub struct FixedWindowParams {
 }
 
 impl FixedWindowParams {
+    /// Most cost per window, at least 1.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// Window length in ms, at least 1.
     pub fn window_ms(&self) -> u64 {
         self.window_ms
     }
@@ -34,9 +36,11 @@ pub struct SlidingWindowParams {
 }
 
 impl SlidingWindowParams {
+    /// Most estimated cost per window, at least 1.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// Window length in ms, at least 1.
     pub fn window_ms(&self) -> u64 {
         self.window_ms
     }
@@ -59,12 +63,15 @@ pub struct TokenBucketParams {
 }
 
 impl TokenBucketParams {
+    /// Most tokens the bucket holds, at least 1; a new bucket starts full.
     pub fn capacity(&self) -> u64 {
         self.capacity
     }
+    /// Tokens added per refill interval, at least 1.
     pub fn refill_amount(&self) -> u64 {
         self.refill_amount
     }
+    /// Refill interval in ms, at least 1.
     pub fn refill_interval_ms(&self) -> u64 {
         self.refill_interval_ms
     }
@@ -98,12 +105,15 @@ pub struct GcraParams {
 }
 
 impl GcraParams {
+    /// Sustained cost per period, at least 1.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// Period of the sustained rate in ms, at least 1.
     pub fn period_ms(&self) -> u64 {
         self.period_ms
     }
+    /// Most cost admitted at once from empty state, at least 1.
     pub fn burst(&self) -> u64 {
         self.burst
     }
@@ -129,9 +139,11 @@ pub struct SlidingLogParams {
 }
 
 impl SlidingLogParams {
+    /// Most cost in any window, `1..=1_000`.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// Window length in ms, at least 1.
     pub fn window_ms(&self) -> u64 {
         self.window_ms
     }
@@ -146,9 +158,11 @@ pub struct ConcurrencyParams {
 }
 
 impl ConcurrencyParams {
+    /// Most leases of one subject held at once, `1..=1_000_000`.
     pub fn limit(&self) -> u64 {
         self.limit
     }
+    /// How long a lease lives unless released, in ms: `1..=86_400_000` (one day).
     pub fn lease_ttl_ms(&self) -> u64 {
         self.lease_ttl_ms
     }
@@ -157,15 +171,22 @@ impl ConcurrencyParams {
 /// Validated algorithm parameters.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Algorithm {
+    /// At most `limit` cost per epoch-aligned window.
     FixedWindow(FixedWindowParams),
+    /// An estimate of the cost in the last window, from two fixed windows' counts.
     SlidingWindow(SlidingWindowParams),
+    /// `capacity` tokens refilled continuously.
     TokenBucket(TokenBucketParams),
+    /// A sustained rate with a burst.
     Gcra(GcraParams),
+    /// Exact: every admitted cost in the window is kept.
     SlidingLog(SlidingLogParams),
+    /// At most `limit` leases held at once (not a rate: see [`crate::lease`]).
     Concurrency(ConcurrencyParams),
 }
 
 impl Algorithm {
+    /// Which algorithm this is.
     pub fn kind(&self) -> AlgorithmKind {
         match self {
             Algorithm::FixedWindow(_) => AlgorithmKind::FixedWindow,

@@ -53,6 +53,7 @@ pub const MIN_COUNT: u64 = 1;
 pub struct PolicyError {
     /// The configuration key of the parameter (`capacity`, `window`, `max_cost`, ...).
     pub field: &'static str,
+    /// What is wrong with it, with the refused value (e.g. `must be >= 1, got 0`).
     pub problem: String,
 }
 
@@ -74,10 +75,15 @@ pub struct PolicyErrors(pub Vec<PolicyError>);
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 #[non_exhaustive]
 pub enum AlgorithmKind {
+    /// Fixed window: at most `limit` cost per epoch-aligned window.
     FixedWindow,
+    /// Sliding-window counter: an estimate of the cost in the last window.
     SlidingWindow,
+    /// Token bucket: `capacity` tokens refilled continuously.
     TokenBucket,
+    /// GCRA: a sustained rate with a burst.
     Gcra,
+    /// Sliding log: exact; at most `limit` cost in any window.
     SlidingLog,
     /// At most `limit` leases held at once (not a rate: see [`crate::lease`]).
     Concurrency,
@@ -149,6 +155,7 @@ pub enum FailurePolicy {
 }
 
 impl FailurePolicy {
+    /// The configuration name (`fail_closed`, `fail_open`, `fallback_local`).
     pub fn as_str(self) -> &'static str {
         match self {
             FailurePolicy::FailClosed => "fail_closed",
@@ -157,6 +164,7 @@ impl FailurePolicy {
         }
     }
 
+    /// Parses a configuration name; `None` for an unknown one.
     pub fn parse(name: &str) -> Option<Self> {
         [Self::FailClosed, Self::FailOpen, Self::FallbackLocal]
             .into_iter()
@@ -167,31 +175,55 @@ impl FailurePolicy {
 /// Unvalidated algorithm parameters, as a configuration layer reads them.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum AlgorithmSpec {
+    /// At most `limit` cost per epoch-aligned window.
     FixedWindow {
+        /// Most cost per window, `1..=2^53-1`.
         limit: u64,
+        /// Window length: whole milliseconds, `1 ms..=MAX_DURATION_MS`.
         window: Duration,
     },
+    /// The previous window's count weighted by its share still inside the sliding window, plus the
+    /// current one's.
     SlidingWindow {
+        /// Most estimated cost per window, `1..=9_007_199_254` (`limit * SLIDING_WINDOW_SCALE`
+        /// stays exact).
         limit: u64,
+        /// Window length: whole milliseconds, `1 ms..=9_007_199_254 ms`.
         window: Duration,
     },
+    /// `capacity` tokens, starting full, refilled by `refill_amount` per `refill_interval`.
     TokenBucket {
+        /// Most tokens the bucket holds, at least 1; `capacity * scale` must stay within 2^53-1.
         capacity: u64,
+        /// Tokens added per `refill_interval`, at least 1 (added continuously, not in steps).
         refill_amount: u64,
+        /// Refill period: whole milliseconds, `1 ms..=MAX_DURATION_MS`; refilling the whole bucket
+        /// may take at most `MAX_DURATION_MS`.
         refill_interval: Duration,
     },
+    /// Sustained `limit` per `period`, up to `burst` at once.
     Gcra {
+        /// Sustained cost per `period`, at least 1.
         limit: u64,
+        /// Period of the sustained rate: whole milliseconds, `1 ms..=MAX_DURATION_MS`.
         period: Duration,
+        /// Most cost admitted at once from empty state, at least 1; a full burst must recover
+        /// within `MAX_DURATION_MS`.
         burst: u64,
     },
+    /// Exact: at most `limit` cost in any window `(t - window, t]`.
     SlidingLog {
+        /// Most cost in any window, `1..=SLIDING_LOG_MAX_LIMIT` (1,000).
         limit: u64,
+        /// Window length: whole milliseconds, `1 ms..=MAX_DURATION_MS`.
         window: Duration,
     },
     /// `max_cost` must be 1: one lease is one place.
     Concurrency {
+        /// Most leases of one subject held at once, `1..=CONCURRENCY_MAX_LIMIT` (1,000,000).
         limit: u64,
+        /// How long a lease lives unless released: whole milliseconds, `1 ms..=MAX_LEASE_TTL_MS`
+        /// (one day).
         lease_ttl: Duration,
     },
 }
@@ -199,12 +231,22 @@ pub enum AlgorithmSpec {
 /// Unvalidated policy fields; [`RateLimitPolicy::new`] checks them all.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PolicySpec {
+    /// How requests and configuration name the policy; unique within a
+    /// [`PolicySet`](crate::PolicySet).
     pub id: PolicyId,
+    /// The policy's revision; a new revision starts from empty state.
     pub revision: PolicyRevision,
+    /// The algorithm and its parameters.
     pub algorithm: AlgorithmSpec,
+    /// Most cost of one request: at least 1 and at most the algorithm's limit, capacity or burst;
+    /// exactly 1 for concurrency.
     pub max_cost: u64,
+    /// Extra time state is kept past its reset point: whole milliseconds, `0..=MAX_DURATION_MS`.
     pub cleanup_grace: Duration,
+    /// Largest clock regression that a rate algorithm computes with the last write's time instead
+    /// of refused: whole milliseconds, `0..=MAX_DURATION_MS`.
     pub max_clock_regression: Duration,
+    /// What the caller wants when the provider cannot give a certain answer.
     pub failure_policy: FailurePolicy,
 }
 
@@ -346,27 +388,37 @@ impl RateLimitPolicy {
         }
     }
 
+    /// How requests name the policy.
     pub fn id(&self) -> &PolicyId {
         &self.id
     }
+    /// The policy's revision; state of another revision is never used.
     pub fn revision(&self) -> PolicyRevision {
         self.revision
     }
+    /// The algorithm and its validated parameters.
     pub fn algorithm(&self) -> &Algorithm {
         &self.algorithm
     }
+    /// Which algorithm decides.
     pub fn kind(&self) -> AlgorithmKind {
         self.algorithm.kind()
     }
+    /// Most cost of one request; a larger cost is refused as
+    /// [`RequestError::CostAboveMax`](crate::RequestError::CostAboveMax).
     pub fn max_cost(&self) -> Cost {
         self.max_cost
     }
+    /// Extra time, in ms, that state is kept past its reset point.
     pub fn cleanup_grace_ms(&self) -> u64 {
         self.cleanup_grace_ms
     }
+    /// Largest clock regression, in ms, that a rate algorithm computes with the last write's time;
+    /// a larger one answers `Unavailable(clock)`.
     pub fn max_clock_regression_ms(&self) -> u64 {
         self.max_clock_regression_ms
     }
+    /// What the caller wants when the provider cannot give a certain answer.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
     }
