@@ -49,30 +49,47 @@ macro_rules! commands {
 commands! {
     /// The server clock: the time source of every program that decides.
     TIME = "TIME", "TIME";
+    /// Read by every rate-limit program and every gate program.
     GET = "GET", "GET $key";
     /// As the rate-limit programs write: with a TTL.
     SET = "SET", "SET $key v PX 1";
+    /// The gate programs that submit and publish.
     INCR = "INCR", "INCR $key";
+    /// The gate programs that submit and publish.
     HGET = "HGET", "HGET $key f";
+    /// The gate programs that submit, publish, sweep and take a snapshot.
     HMGET = "HMGET", "HMGET $key f";
+    /// The gate programs that submit, publish and sweep.
     HSET = "HSET", "HSET $key f v";
+    /// The gate programs that submit and sweep.
     HDEL = "HDEL", "HDEL $key f";
+    /// The gate program that submits.
     HLEN = "HLEN", "HLEN $key";
+    /// The gate programs that submit and publish, and the lease acquire.
     ZADD = "ZADD", "ZADD $key 1 m";
+    /// The gate programs that submit, publish and sweep, and the lease release.
     ZREM = "ZREM", "ZREM $key m";
+    /// The gate programs that publish and take a snapshot, and the lease acquire.
     ZRANGE = "ZRANGE", "ZRANGE $key 0 0 WITHSCORES";
+    /// The gate programs that submit, publish and sweep.
     ZRANGEBYSCORE = "ZRANGEBYSCORE", "ZRANGEBYSCORE $key -inf 1 LIMIT 0 1";
     /// The lease programs: expired leases dropped, a token looked up, leases counted.
     ZREMRANGEBYSCORE = "ZREMRANGEBYSCORE", "ZREMRANGEBYSCORE $key -inf 1";
+    /// The lease programs: a lease's token looked up.
     ZSCORE = "ZSCORE", "ZSCORE $key m";
+    /// The lease acquire: the leases held counted.
     ZCARD = "ZCARD", "ZCARD $key";
     /// The leases key lives until its latest lease expires.
     PEXPIRE = "PEXPIRE", "PEXPIRE $key 1";
     /// As the gate programs append: trimmed, explicit id.
     XADD = "XADD", "XADD $key MAXLEN ~ 1 1-0 f v";
+    /// The gate updates program: the entries after a reader's position.
     XRANGE = "XRANGE", "XRANGE $key 1-0 + COUNT 1";
+    /// The gate programs that submit and publish: the stream's latest entry.
     XREVRANGE = "XREVRANGE", "XREVRANGE $key + - COUNT 1";
+    /// The gate updates program: whether entries were trimmed below a reader's position.
     XINFO_STREAM = "XINFO|STREAM", "XINFO STREAM $key";
+    /// The gate updates program: whether the stream exists.
     EXISTS = "EXISTS", "EXISTS $key";
     /// Every program call; the key is declared, so the key pattern applies.
     EVALSHA = "EVALSHA", "EVALSHA 0000000000000000000000000000000000000000 1 $key";

@@ -28,7 +28,9 @@ use shared_contract::{
 /// Metric names, as `/metrics` shows them (hits are
 /// `rate_limit_decisions_by_source_total{source="local_cache"}`).
 pub mod names {
+    /// Gauge: entries held, at most `deny_cache_max_entries`.
     pub const ENTRIES: &str = "rate_limit_deny_cache_entries";
+    /// Live entries evicted from a full set to make room for another key.
     pub const EVICTIONS: &str = "rate_limit_deny_cache_evictions_total";
 }
 
@@ -120,6 +122,7 @@ impl DenyCache {
         self.entries.load(Ordering::Relaxed)
     }
 
+    /// Whether no slot holds an entry.
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }

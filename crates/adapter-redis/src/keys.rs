@@ -89,6 +89,8 @@ impl std::fmt::Debug for PolicyKeys {
 }
 
 impl PolicyKeys {
+    /// The key builder of `policy` under `prefix`.
+    ///
     /// # Errors
     /// [`Error::Settings`] when `prefix` is not acceptable (see [`check_prefix`]).
     pub fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
@@ -122,8 +124,11 @@ impl PolicyKeys {
 /// One member of a multi-limit evaluation, as its replay key digests it.
 #[derive(Debug, Clone, Copy)]
 pub struct ReplayMember<'a> {
+    /// The member's policy: its id and revision are digested.
     pub policy: &'a RateLimitPolicy,
+    /// The member's subject digest.
     pub subject: &'a SubjectDigest,
+    /// The member's cost, in the policy's units.
     pub cost: u64,
 }
 

@@ -105,15 +105,23 @@ impl ScriptArgs for ReleaseCall<'_> {
 /// A valid acquire reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum AcquireReply {
+    /// The lease is held until `expires_at_ms`.
     Acquired {
+        /// The server's time at the acquire, Unix ms.
         server_now_ms: u64,
+        /// When the lease expires, Unix ms by the server's clock (`server_now_ms` + the lease TTL).
         expires_at_ms: u64,
+        /// Places still free after this lease (below the policy's limit).
         remaining: u64,
     },
+    /// All of the policy's `limit` leases are held; nothing changed.
     Denied {
+        /// Until the earliest held lease expires, in ms (at least 1).
         retry_after_ms: u64,
     },
+    /// The key holds another type, or already holds this token; nothing written.
     StateIncompatible,
+    /// The program refused an argument; nothing written.
     Invalid,
 }
 
@@ -169,10 +177,15 @@ pub fn parse_acquire(value: &Value, params: &ConcurrencyParams) -> Option<Acquir
 /// A valid release reply.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ReleaseReply {
+    /// The lease was held, and is removed.
     Released,
+    /// The lease had expired (its place was free already), and is removed.
     Expired,
+    /// No such lease: released before, never acquired, or reclaimed.
     NotHeld,
+    /// The key holds another type; nothing written.
     StateIncompatible,
+    /// The program refused the token (missing or malformed); nothing written.
     Invalid,
 }
 

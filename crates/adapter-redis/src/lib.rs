@@ -47,6 +47,8 @@
 //! | --- | --- | --- |
 //! | (none) | | `redis://` and `rediss://` (TLS, mutual TLS); standalone, Sentinel and Cluster topologies |
 
+#![warn(missing_docs)]
+
 pub mod acl;
 mod background;
 mod checks;

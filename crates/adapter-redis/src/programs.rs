@@ -14,11 +14,14 @@ use crate::script::{Script, embedded};
 /// The Redis type of a program's state key (what `TYPE key` answers once state exists).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum KeyType {
+    /// A string (`GET`/`SET`).
     String,
+    /// A hash.
     Hash,
 }
 
 impl KeyType {
+    /// The name `TYPE` answers: `"string"` or `"hash"`.
     pub fn as_str(self) -> &'static str {
         match self {
             KeyType::String => "string",
@@ -35,7 +38,9 @@ pub struct Program {
     pub script: Script,
     /// The version in the name; state written by another version is incompatible.
     pub version: u32,
+    /// The algorithm the program decides.
     pub algorithm: AlgorithmKind,
+    /// The type of its state key.
     pub key_type: KeyType,
 }
 

@@ -26,10 +26,16 @@ pub const ARITY: usize = 7;
 /// The status field.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
+    /// Admitted; state written.
     Allowed,
+    /// Not admitted; nothing written.
     Denied,
+    /// The server clock is behind the stored time by more than the policy allows; nothing written.
     ClockUnsafe,
+    /// The key holds another type, schema, algorithm or revision, or a field out of range; nothing
+    /// written.
     StateIncompatible,
+    /// The program refused an argument this build sent; nothing written.
     Invalid,
 }
 
@@ -49,12 +55,20 @@ impl Status {
 /// A reply whose shape, status and numbers are all valid.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Reply {
+    /// What the program decided.
     pub status: Status,
+    /// The server's `TIME` at the call, Unix ms.
     pub server_now_ms: u64,
+    /// The time the program decided at, Unix ms: `server_now_ms`, or a later stored time when the
+    /// clock went back within the policy's bound.
     pub effective_now_ms: u64,
+    /// The most cost admissible at once (limit, capacity or burst).
     pub limit: u64,
+    /// Cost still admissible now, after this request.
     pub remaining: u64,
+    /// Until this request alone could be admitted, in ms; 0 when allowed.
     pub retry_after_ms: u64,
+    /// When the full quota is available again, Unix ms by the server's clock.
     pub reset_at_ms: u64,
 }
 
@@ -62,25 +76,37 @@ pub struct Reply {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplyError {
+    /// The reply is not an array; the kind of value it is.
     #[error("reply is not an array but {0}")]
     NotAnArray(&'static str),
+    /// The reply has this many fields instead of [`ARITY`].
     #[error("reply has {0} fields, expected {ARITY}")]
     Arity(usize),
+    /// A status this build does not know (as sent).
     #[error("unknown status {0:?}")]
     Status(String),
+    /// A field is not a value its position accepts.
     #[error("field {index} ({name}): {problem}")]
     Field {
+        /// The field's position in the reply, from 0.
         index: usize,
+        /// The field's name (`status`, `server_now_ms`, ...).
         name: &'static str,
+        /// What is wrong with its value.
         problem: &'static str,
     },
+    /// A well-formed reply that contradicts the policy; what it contradicts.
     #[error("reply contradicts the policy: {0}")]
     Inconsistent(&'static str),
+    /// The header or the rows of a multi-limit reply are malformed; how.
     #[error("multi-limit reply: {0}")]
     Multi(&'static str),
+    /// A row of a multi-limit reply was refused.
     #[error("multi-limit reply, member {index}: {error}")]
     Member {
+        /// The row's member, from 1.
         index: usize,
+        /// Why the row was refused.
         error: Box<ReplyError>,
     },
 }
@@ -156,6 +182,11 @@ pub fn is_allowed(value: &Value) -> bool {
     }
 }
 
+/// Parses a seven-field reply strictly (shape, status, numbers); [`decide`] then checks it
+/// against the policy.
+///
+/// # Errors
+/// [`ReplyError`] for any other shape, an unknown status or a number out of range.
 pub fn parse(value: &Value) -> Result<Reply, ReplyError> {
     let fields = match value {
         Value::Array(fields) => fields,

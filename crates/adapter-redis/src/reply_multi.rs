@@ -28,6 +28,7 @@ const HEADER: usize = 3;
 /// A multi-limit reply whose shape, status and rows are all valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MultiReply {
+    /// The status of the whole evaluation.
     pub status: Status,
     /// The stored first reply of the evaluation id, answered again.
     pub replayed: bool,

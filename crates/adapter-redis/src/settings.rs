@@ -28,12 +28,16 @@ pub enum Topology {
     Standalone,
     /// The master Sentinel reports for `master_name`, resolved again on every failover.
     Sentinel {
+        /// The name the sentinels monitor.
         master_name: String,
         /// `redis://[user:password@]host:port` of each sentinel (their own credentials).
         sentinels: Vec<String>,
     },
     /// A Redis Cluster, found through its seed `nodes` (`redis://host:port`, database 0).
-    Cluster { nodes: Vec<String> },
+    Cluster {
+        /// `redis://host:port` of each seed node; the rest of the cluster is found from them.
+        nodes: Vec<String>,
+    },
 }
 
 impl Topology {

@@ -25,7 +25,9 @@ use crate::reply_multi::MultiReply;
 
 /// Metric names, as `/metrics` shows them.
 pub mod names {
+    /// Gauge: the last reply's server time minus this host's clock at its receipt, in seconds.
     pub const CLOCK_SKEW: &str = "rate_limit_redis_clock_skew_seconds";
+    /// Clock events by `policy` and `kind` (`clamped`, `unsafe`).
     pub const CLOCK_EVENTS: &str = "rate_limit_clock_events_total";
 }
 

@@ -36,12 +36,18 @@ const HALF_OPEN: u8 = 2;
 /// The breaker's state, as metrics and logs show it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum BreakerState {
+    /// Requests reach the provider; consecutive failures are counted.
     Closed,
+    /// Requests are answered `Unavailable(circuit_open)` without reaching the provider until the
+    /// cool-down ends.
     Open,
+    /// The cool-down has ended: one probe is let through, and its outcome closes or reopens the
+    /// circuit.
     HalfOpen,
 }
 
 impl BreakerState {
+    /// The state's name in logs: `"closed"`, `"open"` or `"half_open"`.
     pub fn as_str(self) -> &'static str {
         match self {
             BreakerState::Closed => "closed",
@@ -115,6 +121,7 @@ impl CircuitBreaker {
         }
     }
 
+    /// The circuit's current state (shared with the breakers [`Self::with_inner`] made).
     pub fn state(&self) -> BreakerState {
         match self.circuit.state.load(Ordering::Acquire) {
             OPEN => BreakerState::Open,

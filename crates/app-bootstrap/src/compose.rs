@@ -54,6 +54,7 @@ pub enum BuildError {
     /// `fallback_local` policy without the `local` feature, or local event gates.
     #[error("{}", unavailable(what, feature))]
     Unavailable {
+        /// What was asked for that this build lacks.
         what: &'static str,
         /// The feature to build with.
         feature: &'static str,
@@ -102,10 +103,14 @@ impl RateLimitRuntime {
         &self.port
     }
 
+    /// The hasher that digests subjects: keyed with the configured secret, or a random per-process
+    /// key.
     pub fn hasher(&self) -> &SubjectHasher {
         &self.hasher
     }
 
+    /// The global failure policy (`rate_limit.failure_policy`), for a policy that sets none of its
+    /// own.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
     }

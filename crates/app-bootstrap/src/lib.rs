@@ -37,6 +37,8 @@
 //! With neither, the crate still builds (configuration, routes, the subject hasher) and
 //! refuses every configuration that enables rate limiting or an event gate.
 
+#![warn(missing_docs)]
+
 #[cfg(feature = "redis")]
 pub mod breaker;
 pub mod compose;

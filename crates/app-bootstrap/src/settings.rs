@@ -27,11 +27,15 @@ pub use edge_middleware::{CostSource, HeaderCondition, SubjectSource};
 /// rate-limit part, from its own file: [`crate::RateLimitSection`].
 #[derive(Debug, Clone)]
 pub struct Settings {
+    /// `[http]`: the HTTP listener.
     pub http: HttpSettings,
+    /// `[log]`: how log lines are written.
     pub log: LogSettings,
+    /// `[reload]`: whether a change to the configuration file reloads it.
     pub reload: ReloadSettings,
     /// `[otlp]`: OpenTelemetry trace export; no endpoint (the default) exports nothing.
     pub otlp: OtlpSettings,
+    /// `[rate_limit]`: off, or the enabled limiter's provider, policies and secret.
     pub rate_limit: RateLimitSettings,
     /// The demo upstream's limited routes, in file order.
     pub routes: Vec<RouteSettings>,
@@ -179,6 +183,7 @@ impl Default for ReloadSettings {
 /// `[log]`.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct LogSettings {
+    /// `log.format`; the level is `RUST_LOG`'s.
     pub format: LogFormat,
 }
 
@@ -297,6 +302,7 @@ pub enum LogFormat {
 }
 
 impl LogFormat {
+    /// The format `log.format` names (`"text"` or `"json"`); `None` for any other value.
     pub fn parse(s: &str) -> Option<Self> {
         match s {
             "text" => Some(Self::Text),
@@ -305,6 +311,7 @@ impl LogFormat {
         }
     }
 
+    /// The `log.format` spelling: `"text"` or `"json"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Text => "text",
@@ -316,6 +323,7 @@ impl LogFormat {
 /// `[http]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct HttpSettings {
+    /// The listen address (`http.bind`); port 0 takes a free port.
     pub bind: SocketAddr,
     /// Tokio worker threads serving HTTP and the provider's connections; `None`: one per
     /// CPU (Tokio's default). A sidecar that shares its cores with the service and Redis
@@ -417,7 +425,9 @@ impl Default for HttpSettings {
 /// `[rate_limit]`: off (the default), or everything an enabled limiter needs.
 #[derive(Debug, Clone)]
 pub enum RateLimitSettings {
+    /// `rate_limit.enabled = false` (the default): nothing is built.
     Disabled,
+    /// `rate_limit.enabled = true`, with everything the limiter needs.
     Enabled(Box<EnabledSettings>),
 }
 
@@ -426,8 +436,12 @@ pub enum RateLimitSettings {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub struct EnabledSettings {
+    /// Which provider answers (`rate_limit.provider`), with its own settings.
     pub provider: ProviderSettings,
+    /// `rate_limit.policies`, with `rate_limit.default_policy` as the default.
     pub policies: PolicySet,
+    /// `rate_limit.failure_policy`: what a request the provider could not decide gets, unless its
+    /// policy sets its own.
     pub failure_policy: FailurePolicy,
     /// `None`: no secret configured (allowed only for the local provider, which then uses a
     /// random per-process key).
@@ -451,13 +465,16 @@ pub struct EnabledSettings {
 #[derive(Debug, Clone)]
 #[non_exhaustive]
 pub enum ProviderSettings {
+    /// The local provider: limits held in this process's memory.
     #[cfg(feature = "local")]
     Local,
+    /// The redis provider: one limit shared by every instance.
     #[cfg(feature = "redis")]
     Redis(RedisProviderSettings),
 }
 
 impl ProviderSettings {
+    /// The `rate_limit.provider` spelling: `"local"` or `"redis"`.
     pub fn name(&self) -> &'static str {
         match *self {
             #[cfg(feature = "local")]
@@ -482,6 +499,7 @@ impl ProviderSettings {
 #[cfg(feature = "redis")]
 #[derive(Debug, Clone)]
 pub struct RedisProviderSettings {
+    /// The connection, timeout and key settings of `[rate_limit.redis]`.
     pub redis: RedisSettings,
     /// Where the data nodes' password came from (`--check` names it, never the password).
     pub password_source: PasswordSource,
@@ -510,6 +528,7 @@ pub enum PasswordSource {
 #[cfg(feature = "redis")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BreakerSettings {
+    /// `rate_limit.circuit_breaker.enabled`: whether the breaker guards the redis provider.
     pub enabled: bool,
     /// Consecutive unavailable or indeterminate outcomes that open the circuit.
     pub failure_threshold: u32,
@@ -581,6 +600,7 @@ pub struct RouteSettings {
     pub host: Option<String>,
     /// Header conditions, all of which must hold.
     pub header: Vec<HeaderCondition>,
+    /// What one request costs: fixed, or read from a header; at most the policy's `max_cost`.
     pub cost: CostSource,
     /// Shadow mode for this route alone: its limit is evaluated and charged, never denies
     /// (a policy in shadow mode is in it under every route).

@@ -49,6 +49,7 @@ impl UnknownDescriptor {
         }
     }
 
+    /// The configuration's spelling: `"allow"` or `"deny"`.
     pub fn as_str(self) -> &'static str {
         match self {
             Self::Allow => "allow",
@@ -61,22 +62,48 @@ impl UnknownDescriptor {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum DescriptorError {
+    /// The rule's `domain` is empty.
     #[error("the domain must not be empty")]
     EmptyDomain,
+    /// The rule has no entries.
     #[error("a rule needs at least one entry")]
     NoEntries,
+    /// The rule has more than [`MAX_ENTRIES`] entries.
     #[error("a rule takes at most {max} entries, got {got}")]
-    TooManyEntries { got: usize, max: usize },
+    TooManyEntries {
+        /// How many entries the rule has.
+        got: usize,
+        /// The most accepted ([`MAX_ENTRIES`]).
+        max: usize,
+    },
+    /// An entry's key (the text before any `=`) is empty.
     #[error("entry {entry:?} has an empty key; use \"key\" or \"key=value\"")]
-    EmptyKey { entry: String },
+    EmptyKey {
+        /// The entry as configured.
+        entry: String,
+    },
+    /// An entry ends in `=`: its fixed value is empty.
     #[error("entry {entry:?} has an empty value after '='; use \"key\" to match any value")]
-    EmptyValue { entry: String },
+    EmptyValue {
+        /// The entry as configured.
+        entry: String,
+    },
+    /// An entry's key or value is longer than [`MAX_ENTRY_BYTES`].
     #[error("entry {entry:?} is longer than {max} bytes")]
-    TooLong { entry: String, max: usize },
+    TooLong {
+        /// The entry as configured.
+        entry: String,
+        /// The longest key or value accepted, in bytes ([`MAX_ENTRY_BYTES`]).
+        max: usize,
+    },
+    /// A rule has the same domain and entries as an earlier one, so it could never match.
     #[error("rule {index} repeats an earlier rule: domain {domain:?}, entries [{entries}]")]
     Duplicate {
+        /// The repeated rule's position in configured order, from 0.
         index: usize,
+        /// Its domain.
         domain: String,
+        /// Its entries, comma-separated as the configuration writes them.
         entries: String,
     },
 }
@@ -118,6 +145,7 @@ impl EntryMatcher {
         })
     }
 
+    /// The descriptor entry key this matches.
     pub fn key(&self) -> &str {
         &self.key
     }
@@ -146,6 +174,8 @@ pub struct DescriptorRule {
 }
 
 impl DescriptorRule {
+    /// A rule limiting descriptors of `domain` with `entries` (in order) by `policy`.
+    ///
     /// # Errors
     /// [`DescriptorError::EmptyDomain`], [`DescriptorError::NoEntries`] or
     /// [`DescriptorError::TooManyEntries`].
@@ -173,14 +203,17 @@ impl DescriptorRule {
         })
     }
 
+    /// The descriptor domain this rule applies to (never empty).
     pub fn domain(&self) -> &str {
         &self.domain
     }
 
+    /// The entries a matching descriptor has, in order (1 to [`MAX_ENTRIES`]).
     pub fn entries(&self) -> &[EntryMatcher] {
         &self.entries
     }
 
+    /// The policy that limits a matching descriptor.
     pub fn policy(&self) -> &PolicyId {
         &self.policy
     }
@@ -214,6 +247,8 @@ pub struct DescriptorRules {
 }
 
 impl DescriptorRules {
+    /// The rules, in configured order.
+    ///
     /// # Errors
     /// [`DescriptorError::Duplicate`] for a second rule with the same domain and entries
     /// (it could never match), naming its index.
@@ -234,6 +269,7 @@ impl DescriptorRules {
         Ok(out)
     }
 
+    /// Whether there are no rules (every descriptor is then unknown).
     pub fn is_empty(&self) -> bool {
         self.rules.is_empty()
     }

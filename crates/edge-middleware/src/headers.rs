@@ -50,11 +50,14 @@ use bytes::Bytes;
 use http::{HeaderName, HeaderValue};
 use shared_contract::{Algorithm, RateLimitDecision, RateLimitPolicy};
 
+/// The `RateLimit-Policy` field name, lowercase.
 pub const RATELIMIT_POLICY: &str = "ratelimit-policy";
+/// The `RateLimit` field name, lowercase.
 pub const RATELIMIT: &str = "ratelimit";
 /// The names as `HeaderName`s, built at compile time (`from_static` at run time would check
 /// the name on every response).
 pub const RATELIMIT_POLICY_NAME: HeaderName = HeaderName::from_static(RATELIMIT_POLICY);
+/// [`RATELIMIT`] as a `HeaderName`.
 pub const RATELIMIT_NAME: HeaderName = HeaderName::from_static(RATELIMIT);
 
 /// Whole seconds in `ms`, rounded up.

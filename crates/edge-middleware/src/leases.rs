@@ -18,7 +18,9 @@ use crate::limiter::{Limiter, PolicyIndex};
 
 /// Metric names of the leases, as `/metrics` shows them.
 pub mod names {
+    /// Lease acquires and releases, by `policy` and `outcome`.
     pub const LEASES: &str = "rate_limit_leases_total";
+    /// Releases that did not answer, by `policy`: each such lease expires by its TTL.
     pub const RELEASE_FAILURES: &str = "rate_limit_lease_release_failures_total";
 }
 

@@ -94,6 +94,8 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+#![warn(missing_docs)]
+
 pub mod concurrency;
 pub mod descriptors;
 pub mod failure;

@@ -28,10 +28,15 @@ use crate::subject::SubjectHasher;
 
 /// Metric names, as `/metrics` shows them.
 pub mod names {
+    /// Evaluations, by `policy` and `outcome`.
     pub const DECISIONS: &str = "rate_limit_decisions_total";
+    /// Evaluated decisions (allowed or denied, shadow mode included), by `policy` and `source`.
     pub const DECISIONS_BY_SOURCE: &str = "rate_limit_decisions_by_source_total";
+    /// Histogram of the port's latency in seconds, by `policy`.
     pub const LATENCY: &str = "rate_limit_evaluation_duration_seconds";
+    /// Outcomes without a decision, by error `category`.
     pub const PROVIDER_ERRORS: &str = "rate_limit_provider_errors_total";
+    /// Gauge of the circuit breaker: 0 closed, 1 open, 2 half open.
     pub const BREAKER_STATE: &str = "rate_limit_circuit_breaker_state";
 }
 
@@ -62,20 +67,30 @@ const SOURCES: [Source; 4] = [
 /// labels.
 #[derive(Debug)]
 pub struct PolicyMetrics {
+    /// Evaluated decisions that allowed the request.
     pub allowed: Counter,
+    /// Evaluated decisions that denied the request (shadow mode excluded).
     pub denied: Counter,
+    /// Outcomes without a decision, nothing charged ([`RateLimitOutcome::Unavailable`]).
     pub unavailable: Counter,
+    /// Outcomes without a decision that may have charged quota
+    /// ([`RateLimitOutcome::Indeterminate`]).
     pub indeterminate: Counter,
+    /// Outcomes refused for a state, program or reply mismatch
+    /// ([`RateLimitOutcome::Incompatible`]).
     pub incompatible: Counter,
     /// Denials of a limit in shadow mode: the request went through, the limit would have
     /// refused it.
     pub shadow_denied: Counter,
+    /// The port's latency, in seconds.
     pub latency: Histogram,
     /// One counter per [`SOURCES`] entry: see [`Self::count_source`].
     by_source: [Counter; SOURCES.len()],
 }
 
 impl PolicyMetrics {
+    /// Registers the handles of `policy` with the metrics recorder installed now (without one, they
+    /// record nothing).
     pub fn new(policy: &PolicyId) -> Self {
         let c = |outcome: &'static str| metrics::counter!(names::DECISIONS, "policy" => policy.as_str().to_owned(), "outcome" => outcome);
         Self {
@@ -159,8 +174,11 @@ pub struct PolicyIndex(usize);
 /// already ([`Limiter::digest`], [`Limiter::digest_parts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Member {
+    /// The limit's policy, resolved by the limiter that evaluates it.
     pub index: PolicyIndex,
+    /// The digested subject the limit is charged to.
     pub subject: SubjectDigest,
+    /// The units the limit is charged.
     pub cost: Cost,
 }
 
@@ -173,6 +191,7 @@ struct Entry {
 /// A circuit breaker around the port, as far as the edge sees it: the value of the
 /// [`names::BREAKER_STATE`] gauge (0 closed, 1 open, 2 half open), refreshed on every scrape.
 pub trait BreakerGauge: Send + Sync + fmt::Debug {
+    /// The gauge's current value: 0 closed, 1 open, 2 half open.
     fn gauge(&self) -> f64;
 }
 
@@ -327,10 +346,12 @@ impl Limiter {
         self.provider
     }
 
+    /// The policies of the port.
     pub fn policies(&self) -> &PolicySet {
         self.port.policies()
     }
 
+    /// The global failure policy, which applies to a policy id the port does not know.
     pub fn failure_policy(&self) -> FailurePolicy {
         self.failure_policy
     }

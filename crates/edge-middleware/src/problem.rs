@@ -13,7 +13,9 @@ use http::{HeaderValue, Response, StatusCode, header};
 use serde_json::json;
 use shared_contract::RateLimitOutcome;
 
+/// The media type of every problem body.
 pub const CONTENT_TYPE: &str = "application/problem+json";
+/// The `type` of a 429: the quota-exceeded problem type of draft-ietf-httpapi-ratelimit-headers-11.
 pub const QUOTA_EXCEEDED: &str = "https://iana.org/assignments/http-problem-types#quota-exceeded";
 
 /// A problem+json response with `body` (which must carry `type`, `title` and `status`).

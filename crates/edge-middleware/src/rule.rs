@@ -36,7 +36,9 @@ use crate::subject::SubjectSource;
 /// equal).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum HeaderCondition {
+    /// The header is present, with any value.
     Present(String),
+    /// `(name, value)`: the header's first value is exactly `value`.
     Equals(String, String),
 }
 
@@ -59,6 +61,7 @@ impl HeaderCondition {
         }
     }
 
+    /// The header's name (lowercased by [`Self::parse`]).
     pub fn name(&self) -> &str {
         match self {
             Self::Present(n) | Self::Equals(n, _) => n,
@@ -262,6 +265,7 @@ impl Rule {
         self
     }
 
+    /// The policy this rule charges.
     pub fn policy(&self) -> &PolicyId {
         &self.policy
     }

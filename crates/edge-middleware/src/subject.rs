@@ -108,8 +108,14 @@ impl fmt::Display for SubjectSource {
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum SecretError {
+    /// The secret is shorter than [`SubjectSecret::MIN_LEN`] bytes.
     #[error("must be at least {min} bytes, got {got} (value not shown)")]
-    TooShort { got: usize, min: usize },
+    TooShort {
+        /// The refused secret's length in bytes.
+        got: usize,
+        /// The shortest accepted, in bytes ([`SubjectSecret::MIN_LEN`]).
+        min: usize,
+    },
 }
 
 /// An HMAC key of at least [`SubjectSecret::MIN_LEN`] bytes. `Debug` never shows it.
@@ -125,10 +131,14 @@ impl SubjectSecret {
     /// The `source` labels of the reference app's configuration keys (any label will do
     /// for a secret built in code: it is only shown, never interpreted).
     pub const FILE_SOURCE: &'static str = "rate_limit.subject_secret_file";
+    /// The `source` label of a secret given inline in the configuration.
     pub const INLINE_SOURCE: &'static str = "rate_limit.subject_secret";
     /// The label of [`SubjectSecret::random`].
     pub const RANDOM_SOURCE: &'static str = "a random per-process key";
 
+    /// A secret of `bytes`, labelled with where it came from (`source`, shown, never
+    /// interpreted).
+    ///
     /// # Errors
     /// [`SecretError::TooShort`] below 32 bytes.
     pub fn new(bytes: Vec<u8>, source: &'static str) -> Result<Self, SecretError> {
@@ -169,10 +179,12 @@ impl SubjectSecret {
         }
     }
 
+    /// The key's length in bytes (at least [`Self::MIN_LEN`]).
     pub fn len(&self) -> usize {
         self.bytes.len()
     }
 
+    /// Always `false`: a secret has at least [`Self::MIN_LEN`] bytes.
     pub fn is_empty(&self) -> bool {
         self.bytes.is_empty()
     }
@@ -207,6 +219,7 @@ impl fmt::Debug for SubjectHasher {
 }
 
 impl SubjectHasher {
+    /// A hasher keyed with `secret`.
     pub fn new(secret: &SubjectSecret) -> Self {
         // HMAC accepts keys of any length; `new_from_slice` cannot fail for it.
         let prepared = match <Hmac<Sha256> as Mac>::new_from_slice(&secret.bytes) {

@@ -22,6 +22,8 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+#![warn(missing_docs)]
+
 mod metrics;
 pub mod server;
 pub mod service;

@@ -65,6 +65,7 @@ const HEALTH_PREFIX: &str = "/grpc.health.v1.Health/";
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ServeError {
+    /// A fatal I/O error of the listener (failed accepts are retried, not returned).
     #[error("gRPC server: {0}")]
     Io(#[from] std::io::Error),
 }
@@ -72,12 +73,21 @@ pub enum ServeError {
 /// The listener limits of `[grpc]` (see the module docs for what each does).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Limits {
+    /// `grpc.max_connections`: connections served at once.
     pub max_connections: usize,
+    /// `grpc.handshake_timeout`: how long a new connection has to send the HTTP/2 preface and first
+    /// SETTINGS frame.
     pub handshake_timeout: Duration,
+    /// `grpc.idle_timeout`: how long a connection may go without a call before it is sent GOAWAY.
     pub idle_timeout: Duration,
+    /// `grpc.keepalive_interval`: how often each connection is pinged.
     pub keepalive_interval: Duration,
+    /// `grpc.keepalive_timeout`: how long an unanswered ping waits before the connection is
+    /// dropped.
     pub keepalive_timeout: Duration,
+    /// `grpc.max_concurrent_streams`: calls in flight at once on one connection.
     pub max_concurrent_streams: u32,
+    /// `grpc.max_message_bytes`: the largest request message; larger is `INVALID_ARGUMENT`.
     pub max_message_bytes: usize,
 }
 

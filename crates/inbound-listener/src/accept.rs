@@ -31,6 +31,7 @@ pub struct Throttle {
 }
 
 impl Throttle {
+    /// A throttle that lets one line through per `interval`.
     pub fn new(interval: Duration) -> Self {
         Self {
             interval,

@@ -28,6 +28,7 @@ pub struct Activity {
 }
 
 impl Activity {
+    /// Fresh counters for one connection.
     pub fn new() -> Arc<Self> {
         Arc::new(Self::default())
     }
@@ -83,7 +84,9 @@ pub enum IdleBy {
 /// first SETTINGS frame).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Handshake {
+    /// How long after the accept the bytes must have been read.
     pub within: Duration,
+    /// How many bytes (HTTP/2: the 24-byte preface and the 9-byte SETTINGS frame header).
     pub bytes: u64,
 }
 
@@ -92,7 +95,9 @@ pub struct Handshake {
 pub struct Timeouts {
     /// `None`: the protocol has its own (hyper's HTTP/1 header-read timeout).
     pub handshake: Option<Handshake>,
+    /// How long a connection may stay idle before it is shut down gracefully.
     pub idle: Duration,
+    /// What counts as activity.
     pub idle_by: IdleBy,
 }
 
@@ -177,6 +182,7 @@ pub struct Tracked<S> {
 }
 
 impl<S> Tracked<S> {
+    /// Wraps `inner`, counting into `activity`.
     pub fn new(inner: S, activity: Arc<Activity>) -> Self {
         Self { inner, activity }
     }

@@ -16,6 +16,8 @@
 //! - [`budget`]: one open-file budget shared by several listeners, with descriptors reserved
 //!   for everything else the process holds (Redis connections, files).
 
+#![warn(missing_docs)]
+
 pub mod accept;
 pub mod budget;
 pub mod connection;

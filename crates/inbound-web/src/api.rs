@@ -57,10 +57,13 @@ impl ApiState {
         self
     }
 
+    /// What `GET /v1/config` shows; `None` (that route then answers 404) until
+    /// [`Self::with_config_view`].
     pub fn config_view(&self) -> Option<&crate::reload::ConfigView> {
         self.config.as_ref()
     }
 
+    /// The limiter; `None` when rate limiting is disabled.
     pub fn limiter(&self) -> Option<&Arc<Limiter>> {
         self.limiter.as_ref()
     }

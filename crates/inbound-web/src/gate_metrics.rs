@@ -25,11 +25,17 @@ use shared_contract::gate::{EventStatus, Feed, FeedTiming, Frame, GateId, GateOu
 
 /// The metric names.
 pub mod names {
+    /// Submissions by `gate` and `outcome`.
     pub const SUBMISSIONS: &str = "event_gate_submissions_total";
+    /// Events seen published, by `gate`.
     pub const PUBLISHED: &str = "event_gate_published_total";
+    /// Events seen invalidated, by `gate`.
     pub const INVALIDATED: &str = "event_gate_invalidated_total";
+    /// Gauge: events incubating now, by `gate`.
     pub const INCUBATING: &str = "event_gate_incubating";
+    /// Histogram: publication time minus the time the event was due, in seconds, by `gate`.
     pub const PUBLICATION_LAG: &str = "event_gate_publication_lag_seconds";
+    /// Gauge: open stream subscribers, by `gate`.
     pub const SUBSCRIBERS: &str = "event_gate_subscribers";
 }
 

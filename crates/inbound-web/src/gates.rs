@@ -69,6 +69,7 @@ impl GateApi {
         &self.subscribers
     }
 
+    /// The gate provider and its publisher; `None` when no gate is configured.
     pub fn runtime(&self) -> Option<&Arc<GateRuntime>> {
         self.runtime.as_ref()
     }

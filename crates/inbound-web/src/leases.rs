@@ -84,6 +84,8 @@ fn disabled() -> Response {
     )
 }
 
+/// The query of `DELETE /v1/leases/{lease_id}`: an optional `subject`, the raw subject the lease
+/// must belong to.
 #[derive(Debug, Deserialize)]
 pub struct ReleaseQuery {
     subject: Option<String>,

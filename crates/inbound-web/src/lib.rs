@@ -27,6 +27,8 @@
 //! | --- | --- | --- |
 //! | (none) | | this crate has no optional features |
 
+#![warn(missing_docs)]
+
 pub mod api;
 pub mod app;
 mod body;

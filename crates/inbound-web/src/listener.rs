@@ -47,9 +47,14 @@ use crate::hygiene::HygieneLayer;
 /// [`HygieneLayer`] applies to every route.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
+    /// `http.header_read_timeout`: how long a connection has to send a request head, and a body
+    /// from the end of its head.
     pub header_read_timeout: Duration,
+    /// `http.idle_timeout`: how long a connection may stay silent before it is shut down.
     pub idle_timeout: Duration,
+    /// `http.max_connections`: connections served at once.
     pub max_connections: usize,
+    /// `http.max_body_bytes`: the largest request body read; larger is 413.
     pub max_body_bytes: usize,
 }
 

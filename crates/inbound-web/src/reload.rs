@@ -40,6 +40,7 @@ pub const DEBOUNCE: Duration = Duration::from_millis(300);
 pub struct CurrentRouter(Arc<ArcSwap<Router>>);
 
 impl CurrentRouter {
+    /// A current router with `router` in force.
     pub fn new(router: Router) -> Self {
         Self(Arc::new(ArcSwap::from_pointee(router)))
     }
@@ -211,21 +212,31 @@ pub fn app_state(
 /// The pieces of the running app a [`Reloader`] replaces.
 #[derive(Debug)]
 pub struct Parts {
+    /// Where the configuration is read from, again on each reload.
     pub sources: Sources,
+    /// The settings in force.
     pub settings: Settings,
+    /// The rate limiter in force; `None` when rate limiting is disabled.
     pub runtime: Option<RateLimitRuntime>,
+    /// The `/metrics` recorder's handle; `None` when none could be installed.
     pub prometheus: Option<PrometheusHandle>,
+    /// The gate routes' state in force.
     pub gates: Arc<GateApi>,
     /// The gate metrics observers of `gates` (stopped with them).
     pub observers: Vec<tokio::task::JoinHandle<()>>,
+    /// The router the server routes by; a reload swaps the new one in.
     pub router: CurrentRouter,
+    /// The gRPC rate-limit service, when one is served; a reload gives it the new limiter and
+    /// descriptor rules.
     pub rls: Option<inbound_grpc::RlsService>,
+    /// What `GET /v1/config` shows; a reload updates it.
     pub view: ConfigView,
     /// Whether spans are exported (each router then gets the server-span layer).
     pub traced: bool,
 }
 
 impl Reloader {
+    /// A reloader of the app made of `parts`.
     pub fn new(parts: Parts) -> Self {
         Self {
             sources: parts.sources,

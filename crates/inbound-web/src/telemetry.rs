@@ -45,9 +45,12 @@ const TARGETS: &[&str] = &["inbound_web", "edge_middleware", "inbound_grpc"];
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum TelemetryError {
+    /// The OTLP exporter could not be built.
     #[error("otlp.endpoint: cannot build the OTLP exporter for {endpoint:?}: {source}")]
     Exporter {
+        /// The configured `otlp.endpoint`.
         endpoint: String,
+        /// Why the exporter was not built.
         #[source]
         source: opentelemetry_otlp::ExporterBuildError,
     },
@@ -158,6 +161,7 @@ impl Extractor for Headers<'_> {
 pub struct RoutePrefixes(Arc<Vec<String>>);
 
 impl RoutePrefixes {
+    /// The prefixes (`path_prefix` of each `[[routes]]`) requests are named by.
     pub fn new(prefixes: impl IntoIterator<Item = String>) -> Self {
         Self(Arc::new(prefixes.into_iter().collect()))
     }

@@ -22,6 +22,8 @@ pub struct GateKeys {
 }
 
 impl GateKeys {
+    /// The keys of `gate` under `prefix`.
+    ///
     /// # Errors
     /// [`Error::Settings`] when `prefix` is not 1..=32 characters of `[A-Za-z0-9_.-]`.
     pub fn new(prefix: &str, gate: &GateId) -> Result<Self, Error> {

@@ -30,21 +30,45 @@ use crate::reply::{kind, number};
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[non_exhaustive]
 pub enum ReplyError {
+    /// The reply is not an array; the kind of value it is.
     #[error("reply is not an array but {0}")]
     NotAnArray(&'static str),
+    /// The reply has another number of fields than the program's reply.
     #[error("reply has {got} fields, expected {expected}")]
-    Arity { got: usize, expected: usize },
+    Arity {
+        /// Fields in the reply.
+        got: usize,
+        /// Fields the program's reply has.
+        expected: usize,
+    },
+    /// A status this build does not know (as sent).
     #[error("unknown status {0:?}")]
     Status(String),
+    /// A field of the reply is not what its position holds.
     #[error("field {index}: {problem}")]
-    Field { index: usize, problem: &'static str },
-    #[error("malformed record of event {id}: {problem}")]
-    Record { id: String, problem: &'static str },
-    #[error("malformed stream entry {entry}: {problem}")]
-    Entry {
-        entry: String,
+    Field {
+        /// The field's position in the reply, from 0.
+        index: usize,
+        /// What is wrong with it.
         problem: &'static str,
     },
+    /// An event's stored record does not parse (shape, range, key or terminal time).
+    #[error("malformed record of event {id}: {problem}")]
+    Record {
+        /// The event's id.
+        id: String,
+        /// What is wrong with the record.
+        problem: &'static str,
+    },
+    /// A stream entry has another shape.
+    #[error("malformed stream entry {entry}: {problem}")]
+    Entry {
+        /// The entry's id (its first 40 characters), `"?"` when it has none.
+        entry: String,
+        /// What is wrong with the entry.
+        problem: &'static str,
+    },
+    /// A well-formed reply that contradicts the gate's settings or the call; what it contradicts.
     #[error("reply contradicts the gate: {0}")]
     Inconsistent(&'static str),
 }
@@ -258,6 +282,7 @@ pub fn submit_of(
 /// What one call of `gate-publish-v1.lua` did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Published {
+    /// Events published by this call (at most the `max_batch` asked for).
     pub count: usize,
     /// The earliest publish time still incubating (server time), if any.
     pub next_due_ms: Option<u64>,

@@ -17,12 +17,15 @@ use shared_contract::gate::{GateId, GateSettings};
 /// A gate whose stored state holds other settings than configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct StoredSettingsMismatch {
+    /// The gate whose stored state differs.
     pub gate: GateId,
     /// The stored `mode` (as stored, at most 64 characters shown).
     pub stored_mode: String,
     /// The stored `duration` in ms (as stored, at most 64 characters shown).
     pub stored_duration_ms: String,
+    /// The mode this instance is configured with.
     pub configured_mode: &'static str,
+    /// The duration this instance is configured with, in ms.
     pub configured_duration_ms: u64,
 }
 

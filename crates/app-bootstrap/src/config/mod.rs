@@ -86,6 +86,7 @@ pub const TOP_KEYS: &[&str] = &[
 pub struct Problem {
     /// `rate_limit.policies.api.capacity`, `routes[0].subject`, or `--config` for the file.
     pub path: String,
+    /// What is wrong with the value.
     pub problem: String,
 }
 
