@@ -73,7 +73,7 @@ commands! {
     ZRANGE = "ZRANGE", "ZRANGE $key 0 0 WITHSCORES";
     /// The gate programs that submit, publish and sweep.
     ZRANGEBYSCORE = "ZRANGEBYSCORE", "ZRANGEBYSCORE $key -inf 1 LIMIT 0 1";
-    /// The lease programs: expired leases dropped, a token looked up, leases counted.
+    /// The lease programs: expired leases dropped.
     ZREMRANGEBYSCORE = "ZREMRANGEBYSCORE", "ZREMRANGEBYSCORE $key -inf 1";
     /// The lease programs: a lease's token looked up.
     ZSCORE = "ZSCORE", "ZSCORE $key m";

@@ -191,11 +191,12 @@ pub enum MultiOutcome {
         /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
-    /// State, program or reply mismatch; nothing was charged.
+    /// State, program or reply mismatch. Never an allow. A refused state or program charged
+    /// nothing; a reply that could not be read came after the program ran, so what it
+    /// charged is unknown.
     Incompatible {
-        /// The policy of the limit whose state, program or reply did not fit (the first limit's
-        /// when
-        /// not known).
+        /// The policy of the limit whose state, program or reply did not fit (the first
+        /// limit's when not known).
         policy_id: PolicyId,
         /// What did not fit.
         category: IncompatibleCategory,
