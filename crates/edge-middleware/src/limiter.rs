@@ -212,9 +212,11 @@ pub struct Limiter {
 
 impl Limiter {
     /// A limiter over `port`: each evaluation digests its subject with `hasher` and gets a
-    /// deadline `budget` from now ([`Deadline::MAX_BUDGET`](shared_contract::Deadline::MAX_BUDGET) when `budget` is zero or longer
-    /// than that); `failure_policy` says
-    /// whether a request the port could not decide goes through.
+    /// deadline `budget` from now ([`Deadline::MAX_BUDGET`](shared_contract::Deadline::MAX_BUDGET)
+    /// when `budget` is zero or longer than that). Whether a request the port could not
+    /// decide goes through is its policy's own `failure_policy` ([`Self::fails_open`]);
+    /// `failure_policy` here answers only for an id the port has no policy for.
+    /// [`Self::builder`] needs neither.
     ///
     /// Registers the metrics of every policy of the port (install the metrics recorder
     /// first; without one, recording is a no-op).
