@@ -62,28 +62,28 @@ const SOURCES: [Source; 4] = [
 ];
 
 /// One policy's decision counters ([`names::DECISIONS`] by outcome,
-/// [`names::DECISIONS_BY_SOURCE`] by who decided) and latency histogram, registered once:
-/// public so that another entry point (the gRPC server) records under the same names and
-/// labels.
+/// [`names::DECISIONS_BY_SOURCE`] by who decided) and latency histogram, registered once.
+/// Only the limiter records them, so every entry point (the middleware, `/v1/evaluate`, the
+/// gRPC server) counts alike.
 #[derive(Debug)]
-pub struct PolicyMetrics {
+struct PolicyMetrics {
     /// Evaluated decisions that allowed the request.
-    pub allowed: Counter,
+    allowed: Counter,
     /// Evaluated decisions that denied the request (shadow mode excluded).
-    pub denied: Counter,
+    denied: Counter,
     /// Outcomes without a decision, nothing charged ([`RateLimitOutcome::Unavailable`]).
-    pub unavailable: Counter,
+    unavailable: Counter,
     /// Outcomes without a decision that may have charged quota
     /// ([`RateLimitOutcome::Indeterminate`]).
-    pub indeterminate: Counter,
+    indeterminate: Counter,
     /// Outcomes refused for a state, program or reply mismatch
     /// ([`RateLimitOutcome::Incompatible`]).
-    pub incompatible: Counter,
+    incompatible: Counter,
     /// Denials of a limit in shadow mode: the request went through, the limit would have
     /// refused it.
-    pub shadow_denied: Counter,
+    shadow_denied: Counter,
     /// The port's latency, in seconds.
-    pub latency: Histogram,
+    latency: Histogram,
     /// One counter per [`SOURCES`] entry: see [`Self::count_source`].
     by_source: [Counter; SOURCES.len()],
 }
@@ -91,7 +91,7 @@ pub struct PolicyMetrics {
 impl PolicyMetrics {
     /// Registers the handles of `policy` with the metrics recorder installed now (without one, they
     /// record nothing).
-    pub fn new(policy: &PolicyId) -> Self {
+    fn new(policy: &PolicyId) -> Self {
         let c = |outcome: &'static str| metrics::counter!(names::DECISIONS, "policy" => policy.as_str().to_owned(), "outcome" => outcome);
         Self {
             allowed: c("allowed"),
@@ -108,7 +108,7 @@ impl PolicyMetrics {
     /// Counts one evaluated decision (allowed or denied, shadow mode included) under its
     /// `source`, wherever `allowed`, `denied` or `shadow_denied` is counted. A source this
     /// build does not know (the contract's enum is open) is not counted.
-    pub fn count_source(&self, source: Source) {
+    fn count_source(&self, source: Source) {
         if let Some(i) = SOURCES.iter().position(|s| *s == source) {
             self.by_source[i].increment(1);
         }

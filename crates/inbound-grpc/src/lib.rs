@@ -5,16 +5,16 @@
 //! The key design decision: **one `RateLimitRequest` is one all-or-nothing evaluation.** Every
 //! descriptor that a rule ([`edge_middleware::descriptors`]) matches becomes one limit of a
 //! single `evaluate_all`: the request is admitted only when every limit admits, and when any
-//! denies nothing is charged anywhere. Subjects are digested with the application's subject
-//! key before they reach the port, as at the HTTP edge, so raw descriptor values never reach
-//! Redis, logs or metrics. The crate depends on the contract, the edge and the gRPC stack
+//! denies nothing is charged anywhere. The evaluation goes through the HTTP edge's
+//! [`edge_middleware::Limiter`]: subjects are digested with the application's subject key
+//! before they reach the port, so raw descriptor values never reach Redis, logs or metrics,
+//! and deadlines, shadow mode and the decision metrics are the HTTP edge's own. The crate depends on the contract, the edge and the gRPC stack
 //! only (no provider, no configuration, no web framework).
 //!
 //! | module | what |
 //! | --- | --- |
 //! | [`service`] | `ShouldRateLimit`: checks, matching, the evaluation, the response; the failure mapping |
 //! | [`server`] | the listener: the rate-limit method, the health service, the `[grpc]` limits, graceful shutdown |
-//! | `metrics` | decision metrics under the HTTP edge's names and labels |
 //!
 //! ## Features
 //!
@@ -24,7 +24,6 @@
 
 #![warn(missing_docs)]
 
-mod metrics;
 pub mod server;
 pub mod service;
 

@@ -15,15 +15,14 @@
 //! A gRPC error status is what Envoy's `failure_mode_deny` acts on: with it true the request is
 //! refused, with it false (Envoy's default) it goes through.
 
-use std::collections::HashMap;
 use std::sync::Arc;
-use std::time::{Duration, Instant, SystemTime};
+use std::time::SystemTime;
 
 use arc_swap::ArcSwap;
 use edge_middleware::descriptors::{
-    self, DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
+    DescriptorRules, MAX_ENTRIES, MAX_ENTRY_BYTES, UnknownDescriptor,
 };
-use edge_middleware::{SubjectHasher, failure, headers};
+use edge_middleware::{Limiter, Member, failure, headers};
 use envoy_types::pb::envoy::config::core::v3::HeaderValue;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
@@ -31,12 +30,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use shared_contract::{
-    Cost, Deadline, EdgeRateLimitPort, FailurePolicy, Limit, Limits, MAX_LIMITS, MultiDecision,
-    MultiOutcome, MultiRequest, PolicyId, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
+    Cost, FailurePolicy, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitDecision,
+    RateLimitOutcome, RateLimitPolicy,
 };
 use tonic::Status;
-
-use crate::metrics::Metrics;
 
 /// Most descriptors in one request (matched or not); more is refused before any matching.
 pub const MAX_DESCRIPTORS: usize = 64;
@@ -54,12 +51,11 @@ pub struct RlsService {
 
 #[derive(Debug)]
 struct Inner {
-    port: Arc<dyn EdgeRateLimitPort>,
-    hasher: SubjectHasher,
+    /// The edge's limiter: digests, deadlines, evaluations, shadow mode and metrics are the
+    /// HTTP edge's own, so the two entry points answer and count alike.
+    limiter: Arc<Limiter>,
     rules: DescriptorRules,
     unknown: UnknownDescriptor,
-    budget: Duration,
-    metrics: Metrics,
 }
 
 /// Makes `span` a child of the trace that a call's metadata (`headers`) names, if any.
@@ -73,27 +69,17 @@ enum Slot {
 }
 
 impl RlsService {
-    /// A service over `port`: descriptors matched by `rules` (each rule's policy must be one
-    /// of the port's; a rule naming another never matches), subjects digested with `hasher`,
-    /// each evaluation given a deadline `budget` from now.
-    ///
-    /// Registers the metrics of every policy (install the metrics recorder first).
-    pub fn new(
-        port: Arc<dyn EdgeRateLimitPort>,
-        hasher: SubjectHasher,
-        rules: DescriptorRules,
-        unknown: UnknownDescriptor,
-        budget: Duration,
-    ) -> Self {
-        let metrics = Metrics::new(port.policies());
+    /// A service over `limiter` (the HTTP edge's, when both are served: one set of metrics,
+    /// one subject key): descriptors matched by `rules` (each rule's policy must be one of the
+    /// limiter's; a rule naming another never matches), subjects digested and evaluations
+    /// timed, recorded and split into enforced and shadow limits by the limiter, as at the
+    /// HTTP edge.
+    pub fn new(limiter: Arc<Limiter>, rules: DescriptorRules, unknown: UnknownDescriptor) -> Self {
         Self {
             current: Arc::new(ArcSwap::from_pointee(Inner {
-                port,
-                hasher,
+                limiter,
                 rules,
                 unknown,
-                budget,
-                metrics,
             })),
             trace_parent: None,
         }
@@ -194,7 +180,7 @@ impl RlsService {
 impl Inner {
     async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         check(request)?;
-        let (slots, limits) = self.matched(request)?;
+        let (slots, members) = self.matched(request)?;
         let unknown = slots.iter().any(|s| matches!(s, Slot::Unknown));
         if unknown && self.unknown == UnknownDescriptor::Deny {
             let statuses = slots
@@ -203,80 +189,49 @@ impl Inner {
                 .collect();
             return Ok(response(Code::OverLimit, statuses, Vec::new()));
         }
-        if limits.is_empty() {
+        if members.is_empty() {
             let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
             return Ok(response(Code::Ok, statuses, Vec::new()));
         }
-        let policies: Vec<RateLimitPolicy> = limits
-            .iter()
-            .filter_map(|l| self.port.policies().get(&l.policy_id).cloned())
-            .collect();
-        let start = Instant::now();
-        let deadline = Deadline::at(start, self.budget)
-            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
-            .map_err(|e| Status::internal(format!("no deadline: {e}")))?;
-        if policies.iter().any(RateLimitPolicy::shadow) {
-            return self
-                .with_shadow(&slots, &policies, limits, deadline, start)
-                .await;
+        let limiter = &self.limiter;
+        let policies: Vec<&RateLimitPolicy> =
+            members.iter().map(|m| limiter.policy(m.index)).collect();
+        if members.iter().any(|m| limiter.is_shadow(m.index)) {
+            return self.with_shadow(&slots, &policies, &members).await;
         }
-        let outcome = self
-            .evaluate_all(limits, &policies, deadline, start)
-            .await?;
-        match outcome {
+        match self.evaluate_all(&members).await? {
             MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
             failure => failed(&slots, &policies, &failure),
         }
     }
 
-    /// `limits` (of `policies`, in order) as one all-or-nothing evaluation, recorded in the
-    /// metrics.
-    async fn evaluate_all(
-        &self,
-        limits: Vec<Limit>,
-        policies: &[RateLimitPolicy],
-        deadline: Deadline,
-        start: Instant,
-    ) -> Result<MultiOutcome, Status> {
-        let evaluation = MultiRequest {
-            limits: Limits::new(limits).map_err(|e| Status::invalid_argument(e.to_string()))?,
-            evaluation_id: None,
-            deadline,
-        };
-        let outcome = self
-            .port
-            .evaluate_all(evaluation)
+    /// `members` as one all-or-nothing evaluation, through the limiter (which records it).
+    async fn evaluate_all(&self, members: &[Member]) -> Result<MultiOutcome, Status> {
+        self.limiter
+            .evaluate_all(members, None)
             .await
-            .map_err(|e| Status::invalid_argument(e.to_string()))?;
-        self.metrics.record(policies, &outcome, start.elapsed());
-        Ok(outcome)
+            .map_err(|e| Status::invalid_argument(e.to_string()))
     }
 
     /// A request some of whose limits are in shadow mode: the enforced ones as one
     /// all-or-nothing evaluation; when they let the request through, every shadow one on its
-    /// own. A shadow descriptor's status is `OK` whatever its limit decided (its figures
-    /// are in the status and the headers); it was not evaluated when the enforced limits
-    /// refused, and a provider failure of it changes nothing.
+    /// own ([`Limiter::evaluate_shadows`], as the HTTP edge does). A shadow descriptor's
+    /// status is `OK` whatever its limit decided (its figures are in the status and the
+    /// headers); it was not evaluated when the enforced limits refused, and a provider
+    /// failure of it changes nothing.
     async fn with_shadow(
         &self,
         slots: &[Slot],
-        policies: &[RateLimitPolicy],
-        limits: Vec<Limit>,
-        deadline: Deadline,
-        start: Instant,
+        policies: &[&RateLimitPolicy],
+        members: &[Member],
     ) -> Result<RateLimitResponse, Status> {
         let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..limits.len()).partition(|&i| policies.get(i).is_some_and(RateLimitPolicy::shadow));
-        let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; limits.len()];
+            (0..members.len()).partition(|&i| self.limiter.is_shadow(members[i].index));
+        let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; members.len()];
         let mut allowed = true;
         if !enforced.is_empty() {
-            let of = |i: &usize| (limits[*i].clone(), policies[*i].clone());
-            let (enforced_limits, enforced_policies): (Vec<Limit>, Vec<RateLimitPolicy>) =
-                enforced.iter().map(of).unzip();
-            let outcome = self
-                .evaluate_all(enforced_limits, &enforced_policies, deadline, start)
-                .await?;
-            match outcome {
+            let enforced_members: Vec<Member> = enforced.iter().map(|&i| members[i]).collect();
+            match self.evaluate_all(&enforced_members).await? {
                 MultiOutcome::Evaluated(d) => {
                     allowed = d.allowed;
                     for (i, decision) in enforced.iter().zip(d.decisions) {
@@ -285,28 +240,18 @@ impl Inner {
                 }
                 failure => {
                     // Fails unless every enforced policy fails open.
+                    let enforced_policies: Vec<&RateLimitPolicy> =
+                        enforced.iter().map(|&i| policies[i]).collect();
                     failed(slots, &enforced_policies, &failure)?;
                 }
             }
         }
         if allowed {
-            for &i in &shadow {
-                let l = &limits[i];
-                let request = shared_contract::RateLimitRequest {
-                    policy_id: l.policy_id.clone(),
-                    subject: l.subject,
-                    cost: l.cost,
-                    evaluation_id: None,
-                    deadline,
-                };
-                let outcome = self
-                    .port
-                    .evaluate(request)
-                    .await
-                    .map_err(|e| Status::invalid_argument(e.to_string()))?;
-                self.metrics
-                    .record_shadow(&policies[i], &outcome, start.elapsed());
-                if let shared_contract::RateLimitOutcome::Evaluated(d) = outcome {
+            let shadow_members: Vec<Member> = shadow.iter().map(|&i| members[i]).collect();
+            let outcomes = self.limiter.evaluate_shadows(&shadow_members).await;
+            for (&i, outcome) in shadow.iter().zip(outcomes) {
+                let outcome = outcome.map_err(|e| Status::invalid_argument(e.to_string()))?;
+                if let RateLimitOutcome::Evaluated(d) = outcome {
                     decisions[i] = Some(d);
                 }
             }
@@ -316,55 +261,58 @@ impl Inner {
         Ok(answered(slots, policies, &decisions, allowed))
     }
 
-    /// Each descriptor's slot, and the limits of the matched ones (a descriptor that repeats an
-    /// earlier one's policy and subject shares its limit, whose cost is then the sum).
-    fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Limit>), Status> {
+    /// Each descriptor's slot, and the members of the matched ones (a descriptor that repeats
+    /// an earlier one's policy and subject shares its member, whose cost is then the sum).
+    fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Member>), Status> {
         let default_cost = u64::from(request.hits_addend.max(1));
         let mut slots = Vec::with_capacity(request.descriptors.len());
-        let mut limits: Vec<Limit> = Vec::new();
-        let mut at: HashMap<(PolicyId, [u8; 32]), usize> = HashMap::new();
-        // The descriptors of each limit, for a message about their summed cost.
+        let mut members: Vec<Member> = Vec::new();
+        // The descriptors of each member, for a message about their summed cost.
         let mut sharing: Vec<Vec<usize>> = Vec::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-            let Some(rule) = self.rules.find(&request.domain, entries) else {
+            let Some(index) = self
+                .rules
+                .find(&request.domain, entries)
+                .and_then(|rule| self.limiter.resolve(rule.policy()))
+            else {
                 slots.push(Slot::Unknown);
                 continue;
             };
-            let Some(policy) = self.port.policies().get(rule.policy()) else {
-                slots.push(Slot::Unknown);
-                continue;
-            };
+            let policy = self.limiter.policy(index);
             let cost = descriptor_cost(d, default_cost);
-            let subject =
-                descriptors::subject(&self.hasher, d.entries.iter().map(|e| e.value.as_str()));
-            let key = (policy.id().clone(), *subject.as_bytes());
-            let slot = match at.get(&key) {
-                Some(&j) => {
+            let subject = self
+                .limiter
+                .digest_composed(d.entries.iter().map(|e| e.value.as_bytes()));
+            // At most MAX_LIMITS members: a scan is cheaper than a map.
+            let slot = match members
+                .iter()
+                .position(|m| m.index == index && m.subject == subject)
+            {
+                Some(j) => {
                     sharing[j].push(i);
-                    let sum = limits[j].cost.get().saturating_add(cost);
-                    limits[j].cost = summed_cost_of(&sharing[j], sum, policy)?;
+                    let sum = members[j].cost.get().saturating_add(cost);
+                    members[j].cost = summed_cost_of(&sharing[j], sum, policy)?;
                     j
                 }
                 None => {
-                    if limits.len() == MAX_LIMITS {
+                    if members.len() == MAX_LIMITS {
                         return Err(Status::invalid_argument(format!(
                             "more than {MAX_LIMITS} descriptors match a rule; one evaluation takes at most {MAX_LIMITS}"
                         )));
                     }
-                    limits.push(Limit {
-                        policy_id: policy.id().clone(),
+                    members.push(Member {
+                        index,
                         subject,
                         cost: cost_of(i, cost, policy)?,
                     });
-                    at.insert(key, limits.len() - 1);
                     sharing.push(vec![i]);
-                    limits.len() - 1
+                    members.len() - 1
                 }
             };
             slots.push(Slot::Limit(slot));
         }
-        Ok((slots, limits))
+        Ok((slots, members))
     }
 }
 
@@ -483,7 +431,7 @@ fn now_ms() -> u64 {
 }
 
 /// The response to an evaluated request.
-fn decided(slots: &[Slot], policies: &[RateLimitPolicy], d: &MultiDecision) -> RateLimitResponse {
+fn decided(slots: &[Slot], policies: &[&RateLimitPolicy], d: &MultiDecision) -> RateLimitResponse {
     let decisions: Vec<Option<&RateLimitDecision>> = d.decisions.iter().map(Some).collect();
     answered(slots, policies, &decisions, d.allowed)
 }
@@ -493,7 +441,7 @@ fn decided(slots: &[Slot], policies: &[RateLimitPolicy], d: &MultiDecision) -> R
 /// mode is `OK` whatever it decided.
 fn answered(
     slots: &[Slot],
-    policies: &[RateLimitPolicy],
+    policies: &[&RateLimitPolicy],
     decisions: &[Option<&RateLimitDecision>],
     allowed: bool,
 ) -> RateLimitResponse {
@@ -603,7 +551,7 @@ fn per_unit(quota: u64, window_secs: u64) -> (u32, Unit) {
 /// `RateLimit-Policy`, `RateLimit` (one member per limit with a decision) and, when denied,
 /// `Retry-After`: the longest wait among the denying limits (shadow ones never deny).
 fn rate_limit_headers(
-    policies: &[RateLimitPolicy],
+    policies: &[&RateLimitPolicy],
     decisions: &[Option<&RateLimitDecision>],
     allowed: bool,
     now_ms: u64,
@@ -643,11 +591,10 @@ fn rate_limit_headers(
 /// decides and is named; `OK` when every one fails open), as the HTTP edge answers it.
 fn failed(
     slots: &[Slot],
-    policies: &[RateLimitPolicy],
+    policies: &[&RateLimitPolicy],
     failure: &MultiOutcome,
 ) -> Result<RateLimitResponse, Status> {
-    let of: Vec<&RateLimitPolicy> = policies.iter().collect();
-    let Some((deciding, outcome)) = failure::failure_outcome(&of, failure.clone()) else {
+    let Some((deciding, outcome)) = failure::failure_outcome(policies, failure.clone()) else {
         return Err(Status::internal("a failure without policies"));
     };
     // An unknown answer is never an allow for a policy that does not say so.
@@ -683,40 +630,17 @@ fn failed(
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{AlgorithmSpec, PolicyRevision, PolicySpec};
-
     use super::*;
 
     fn window(limit: u64, secs: u64) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("p").expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit,
-                window: Duration::from_secs(secs),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        window_ms(limit, secs * 1000)
     }
 
     fn window_ms(limit: u64, ms: u64) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("p").expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit,
-                window: Duration::from_millis(ms),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::fixed_window("p", limit)
+            .per(Duration::from_millis(ms))
+            .build()
+            .expect("valid policy")
     }
 
     fn of(policy: &RateLimitPolicy) -> (u32, Unit) {

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use adapter_local::{LocalProvider, LocalSettings};
 use edge_middleware::descriptors::{DescriptorRule, DescriptorRules, EntryMatcher};
-use edge_middleware::{SubjectHasher, SubjectSecret};
+use edge_middleware::{Limiter, SubjectHasher, SubjectSecret};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::rate_limit_descriptor::Entry;
 use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::Code;
@@ -78,6 +78,17 @@ fn policies(failure: FailurePolicy) -> PolicySet {
     .expect("valid policy set")
 }
 
+/// The edge's limiter over `port`, as the app builds it (one-second deadlines).
+fn limiter(port: Arc<dyn EdgeRateLimitPort>) -> Arc<Limiter> {
+    let hasher = SubjectHasher::new(&SubjectSecret::new(vec![9; 32], "test").expect("32 bytes"));
+    Arc::new(Limiter::new(
+        port,
+        hasher,
+        FailurePolicy::FailClosed,
+        Duration::from_secs(1),
+    ))
+}
+
 /// A server on a free loopback port; dropping the guard shuts it down.
 struct Server {
     addr: SocketAddr,
@@ -94,8 +105,7 @@ async fn start_with(
     unknown: UnknownDescriptor,
     limits: Option<Limits>,
 ) -> Server {
-    let hasher = SubjectHasher::new(&SubjectSecret::new(vec![9; 32], "test").expect("32 bytes"));
-    let service = RlsService::new(port, hasher, rules(), unknown, Duration::from_secs(1));
+    let service = RlsService::new(limiter(port), rules(), unknown);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
@@ -577,19 +587,13 @@ async fn a_shadow_policy_is_charged_never_over_limit_and_every_decision_counted_
 
 #[tokio::test]
 async fn a_replaced_configuration_answers_the_next_requests_on_the_same_connection() {
-    let hasher = SubjectHasher::new(&SubjectSecret::new(vec![9; 32], "test").expect("32 bytes"));
     let port: Arc<dyn EdgeRateLimitPort> = Arc::new(LocalProvider::new(
         policies(FailurePolicy::FailClosed),
         Arc::new(SystemClock),
         LocalSettings::default(),
     ));
-    let service = RlsService::new(
-        port.clone(),
-        hasher.clone(),
-        rules(),
-        UnknownDescriptor::Allow,
-        Duration::from_secs(1),
-    );
+    let limiter = limiter(port);
+    let service = RlsService::new(limiter.clone(), rules(), UnknownDescriptor::Allow);
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
         .await
         .expect("bind loopback");
@@ -613,13 +617,7 @@ async fn a_replaced_configuration_answers_the_next_requests_on_the_same_connecti
     )
     .expect("valid rule")])
     .expect("valid rules");
-    service.replace_with(&RlsService::new(
-        port,
-        hasher,
-        only_ip,
-        UnknownDescriptor::Deny,
-        Duration::from_secs(1),
-    ));
+    service.replace_with(&RlsService::new(limiter, only_ip, UnknownDescriptor::Deny));
     let after = ask(&mut c, tenant()).await.expect("answered");
     assert_eq!(after.overall_code, Code::OverLimit as i32, "{after:?}");
 }

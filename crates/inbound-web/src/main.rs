@@ -185,11 +185,6 @@ async fn serve(
             return ExitCode::from(2);
         }
     };
-    let rls = settings
-        .grpc
-        .bind
-        .zip(runtime.as_ref())
-        .map(|(bind, rt)| (bind, rls_service(settings, rt, traced)));
     let gates = match app_bootstrap::build_gates(settings).await {
         Ok(g) => g.map(Arc::new),
         Err(e) => {
@@ -204,6 +199,12 @@ async fn serve(
     let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates));
     let view = reload::ConfigView::new(settings, sources.file.as_deref());
     let state = reload::app_state(runtime.as_ref(), prometheus.clone(), &view);
+    // The gRPC service asks the HTTP edge's limiter: one path, one set of metrics.
+    let rls = settings
+        .grpc
+        .bind
+        .zip(state.limiter())
+        .map(|(bind, limiter)| (bind, rls_service(settings, limiter.clone(), traced)));
     let router = reload::CurrentRouter::new(reload::build_router(
         state,
         settings,
@@ -281,19 +282,17 @@ async fn serve(
     }
 }
 
-/// The Envoy rate-limit service over the runtime's limiter; `traced`: calls join their
+/// The Envoy rate-limit service over the HTTP edge's limiter; `traced`: calls join their
 /// caller's trace.
 fn rls_service(
     settings: &app_bootstrap::Settings,
-    rt: &app_bootstrap::RateLimitRuntime,
+    limiter: Arc<edge_middleware::Limiter>,
     traced: bool,
 ) -> inbound_grpc::RlsService {
     let service = inbound_grpc::RlsService::new(
-        rt.port().clone(),
-        rt.hasher().clone(),
+        limiter,
         settings.rls.clone(),
         settings.grpc.unknown_descriptor,
-        rt.budget(),
     );
     if traced {
         service.with_trace_parent(telemetry::join_caller_trace)

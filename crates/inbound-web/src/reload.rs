@@ -279,16 +279,14 @@ impl Reloader {
                     ),
                 };
                 let state = app_state(runtime.as_ref(), self.prometheus.clone(), &self.view);
-                let router = build_router(state, &settings, gate_api.clone(), self.traced);
-                if let (Some(rls), Some(rt)) = (&self.rls, &runtime) {
+                if let (Some(rls), Some(limiter)) = (&self.rls, state.limiter()) {
                     rls.replace_with(&inbound_grpc::RlsService::new(
-                        rt.port().clone(),
-                        rt.hasher().clone(),
+                        limiter.clone(),
                         settings.rls.clone(),
                         settings.grpc.unknown_descriptor,
-                        rt.budget(),
                     ));
                 }
+                let router = build_router(state, &settings, gate_api.clone(), self.traced);
                 self.router.replace(router);
                 self.view.applied(in_force(
                     &settings,
