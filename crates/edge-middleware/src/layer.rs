@@ -62,8 +62,8 @@ use std::task::{Context, Poll};
 
 use http::{Extensions, HeaderValue, Request, Response, header};
 use shared_contract::{
-    Clock, Cost, FailurePolicy, MAX_LIMITS, MultiOutcome, PolicyId, RateLimitDecision,
-    RateLimitOutcome, RateLimitPolicy, SystemClock,
+    Clock, Cost, MAX_LIMITS, MultiOutcome, PolicyId, RateLimitDecision, RateLimitOutcome,
+    RateLimitPolicy, SystemClock,
 };
 use tower_layer::Layer;
 use tower_service::Service;
@@ -547,9 +547,10 @@ where
     Ok(response)
 }
 
-/// The verdict of a request with several limits, or with a limit in shadow mode: the
-/// enforced limits first, as one all-or-nothing evaluation (one limit: a single one); when
-/// they let the request through, every shadow limit on its own, all at once. Without a
+/// The verdict of a request with several limits, or with a limit in shadow mode, by the
+/// shadow split ([`Limiter::evaluate_split`]): the enforced limits first, as one
+/// all-or-nothing evaluation (one limit: a single one); when they let the request through,
+/// every shadow limit on its own, all at once. Without a
 /// decision the request goes through only when every enforced policy fails open. A shadow
 /// limit never refuses the request, not even when its provider cannot decide; its decision,
 /// when there is one, is in the headers. `Ok(None)`: no decision at all, the request goes
@@ -561,49 +562,33 @@ async fn evaluate_many<'s, R: From<String>>(
     resolved: Vec<&'s Resolved>,
 ) -> Result<Option<Verdict<R>>, Response<R>> {
     let limiter = &shared.limiter;
-    let (enforced, shadow): (Vec<_>, Vec<_>) = members
-        .into_iter()
-        .zip(resolved)
-        .partition(|(_, r)| !r.shadow);
-    let mut decided: Vec<(&Resolved, RateLimitDecision)> = Vec::with_capacity(enforced.len());
-    match enforced.as_slice() {
-        [] => {}
-        [(m, r)] => match limiter.evaluate_digest(m.index, m.subject, m.cost).await {
-            Ok(RateLimitOutcome::Evaluated(d)) => decided.push((r, d)),
-            Ok(other) if limiter.allows(&other) => {}
-            Ok(other) => return Err(unavailable(&other)),
-            Err(e) => return Err(problem::internal(&e.to_string())),
-        },
-        many => {
-            let members: Vec<Member> = many.iter().map(|(m, _)| *m).collect();
-            match limiter.evaluate_all(&members, None).await {
-                Ok(MultiOutcome::Evaluated(d)) => {
-                    decided.extend(many.iter().map(|(_, r)| *r).zip(d.decisions));
-                }
-                Ok(other) => {
-                    // The rule of [`crate::failure`]: the first policy that does not fail
-                    // open decides and is named.
-                    let policies: Vec<&RateLimitPolicy> =
-                        members.iter().map(|m| limiter.policy(m.index)).collect();
-                    match crate::failure::failure_outcome(&policies, other) {
-                        Some((deciding, _))
-                            if deciding.failure_policy() == FailurePolicy::FailOpen => {}
-                        Some((_, outcome)) => return Err(unavailable(&outcome)),
-                        None => return Err(problem::internal("a failure without limits")),
-                    }
-                }
-                Err(e) => return Err(problem::internal(&e.to_string())),
-            }
+    let shadow: Vec<bool> = resolved.iter().map(|r| r.shadow).collect();
+    let split = limiter
+        .evaluate_split(&members, &shadow, None)
+        .await
+        .map_err(|e| problem::internal(&e.to_string()))?;
+    let mut decided: Vec<(&Resolved, RateLimitDecision)> = Vec::with_capacity(members.len());
+    let enforced = || members.iter().zip(&resolved).filter(|(_, r)| !r.shadow);
+    match split.enforced {
+        Some(MultiOutcome::Evaluated(d)) => {
+            decided.extend(enforced().map(|(_, r)| *r).zip(d.decisions));
         }
+        Some(failure) if !split.through => {
+            // The rule of [`crate::failure`]: the first policy that does not fail open
+            // decides and is named.
+            let policies: Vec<&RateLimitPolicy> =
+                enforced().map(|(m, _)| limiter.policy(m.index)).collect();
+            return Err(match crate::failure::failure_outcome(&policies, failure) {
+                Some((_, outcome)) => unavailable(&outcome),
+                None => problem::internal("a failure without limits"),
+            });
+        }
+        // Failed open, or every limit in shadow mode: the request goes through.
+        _ => {}
     }
-    let denied = decided.iter().any(|(_, d)| !d.allowed);
-    if !denied {
-        let members: Vec<Member> = shadow.iter().map(|(m, _)| *m).collect();
-        let outcomes = limiter.evaluate_shadows(&members).await;
-        for ((_, r), outcome) in shadow.iter().zip(outcomes) {
-            if let Ok(RateLimitOutcome::Evaluated(d)) = outcome {
-                decided.push((r, d));
-            }
+    for (i, outcome) in split.shadow {
+        if let Ok(RateLimitOutcome::Evaluated(d)) = outcome {
+            decided.push((resolved[i], d));
         }
     }
     if decided.is_empty() {

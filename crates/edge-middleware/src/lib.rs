@@ -17,6 +17,7 @@
 //! | [`descriptors`] | gateway rate-limit descriptors (Envoy's `RateLimitService`) -> policy and subject |
 //! | [`failure`] | the one rule for a multi-limit evaluation the provider could not decide: which policy's failure policy applies and is named |
 //! | [`limiter`] | one evaluation: digest, deadline, port, metrics, tracing span |
+//! | [`split`] | the shadow split every entry point uses: the enforced limits as one evaluation, then the shadow ones when the request goes through |
 //! | [`leases`] | concurrency leases: the limiter's acquire and release, with metrics |
 //! | [`concurrency`] | `ConcurrencyLayer` / `Concurrency<S>`: a lease held per request while its response body is sent |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
@@ -105,12 +106,14 @@ pub mod leases;
 pub mod limiter;
 pub mod problem;
 pub mod rule;
+pub mod split;
 pub mod subject;
 
 pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
 pub use layer::{PeerIp, RateLimit, RateLimitLayer, UnknownPolicy};
 pub use limiter::{BreakerGauge, Limiter, LimiterBuilder, Member, PolicyIndex};
 pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
+pub use split::Split;
 pub use subject::{
     MAX_CONST_BYTES, MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource,
 };

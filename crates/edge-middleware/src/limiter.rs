@@ -495,7 +495,7 @@ impl Limiter {
         .await
     }
 
-    fn evaluate_as<'a>(
+    pub(crate) fn evaluate_as<'a>(
         &'a self,
         index: PolicyIndex,
         subject: SubjectDigest,

@@ -30,8 +30,8 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_response::{
 };
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use shared_contract::{
-    Cost, FailurePolicy, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitDecision,
-    RateLimitOutcome, RateLimitPolicy,
+    Cost, FailurePolicy, MAX_LIMITS, MultiOutcome, RateLimitDecision, RateLimitOutcome,
+    RateLimitPolicy,
 };
 use tonic::Status;
 
@@ -193,72 +193,58 @@ impl Inner {
             let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
             return Ok(response(Code::Ok, statuses, Vec::new()));
         }
+        self.evaluate(&slots, &members).await
+    }
+
+    /// `members` by the shadow split ([`Limiter::evaluate_split`], as at the HTTP edge): the
+    /// enforced ones as one all-or-nothing evaluation; when they let the request through,
+    /// every shadow one on its own. A shadow descriptor's status is `OK` whatever its limit
+    /// decided (its figures are in the status and the headers); it was not evaluated when
+    /// the enforced limits refused, and a provider failure of it changes nothing.
+    async fn evaluate(
+        &self,
+        slots: &[Slot],
+        members: &[Member],
+    ) -> Result<RateLimitResponse, Status> {
         let limiter = &self.limiter;
         let policies: Vec<&RateLimitPolicy> =
             members.iter().map(|m| limiter.policy(m.index)).collect();
-        if members.iter().any(|m| limiter.is_shadow(m.index)) {
-            return self.with_shadow(&slots, &policies, &members).await;
-        }
-        match self.evaluate_all(&members).await? {
-            MultiOutcome::Evaluated(d) => Ok(decided(&slots, &policies, &d)),
-            failure => failed(&slots, &policies, &failure),
-        }
-    }
-
-    /// `members` as one all-or-nothing evaluation, through the limiter (which records it).
-    async fn evaluate_all(&self, members: &[Member]) -> Result<MultiOutcome, Status> {
-        self.limiter
-            .evaluate_all(members, None)
+        let shadow: Vec<bool> = members.iter().map(|m| limiter.is_shadow(m.index)).collect();
+        let split = limiter
+            .evaluate_split(members, &shadow, None)
             .await
-            .map_err(|e| Status::invalid_argument(e.to_string()))
-    }
-
-    /// A request some of whose limits are in shadow mode: the enforced ones as one
-    /// all-or-nothing evaluation; when they let the request through, every shadow one on its
-    /// own ([`Limiter::evaluate_shadows`], as the HTTP edge does). A shadow descriptor's
-    /// status is `OK` whatever its limit decided (its figures are in the status and the
-    /// headers); it was not evaluated when the enforced limits refused, and a provider
-    /// failure of it changes nothing.
-    async fn with_shadow(
-        &self,
-        slots: &[Slot],
-        policies: &[&RateLimitPolicy],
-        members: &[Member],
-    ) -> Result<RateLimitResponse, Status> {
-        let (shadow, enforced): (Vec<usize>, Vec<usize>) =
-            (0..members.len()).partition(|&i| self.limiter.is_shadow(members[i].index));
+            .map_err(|e| Status::invalid_argument(e.to_string()))?;
         let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; members.len()];
         let mut allowed = true;
-        if !enforced.is_empty() {
-            let enforced_members: Vec<Member> = enforced.iter().map(|&i| members[i]).collect();
-            match self.evaluate_all(&enforced_members).await? {
-                MultiOutcome::Evaluated(d) => {
-                    allowed = d.allowed;
-                    for (i, decision) in enforced.iter().zip(d.decisions) {
-                        decisions[*i] = Some(decision);
-                    }
-                }
-                failure => {
-                    // Fails unless every enforced policy fails open.
-                    let enforced_policies: Vec<&RateLimitPolicy> =
-                        enforced.iter().map(|&i| policies[i]).collect();
-                    failed(slots, &enforced_policies, &failure)?;
+        let enforced = (0..members.len()).filter(|&i| !shadow[i]);
+        match split.enforced {
+            Some(MultiOutcome::Evaluated(d)) => {
+                allowed = d.allowed;
+                for (i, decision) in enforced.zip(d.decisions) {
+                    decisions[i] = Some(decision);
                 }
             }
-        }
-        if allowed {
-            let shadow_members: Vec<Member> = shadow.iter().map(|&i| members[i]).collect();
-            let outcomes = self.limiter.evaluate_shadows(&shadow_members).await;
-            for (&i, outcome) in shadow.iter().zip(outcomes) {
-                let outcome = outcome.map_err(|e| Status::invalid_argument(e.to_string()))?;
-                if let RateLimitOutcome::Evaluated(d) = outcome {
-                    decisions[i] = Some(d);
+            Some(failure) => {
+                // An error status unless every enforced policy fails open; then, without
+                // shadow limits to report, `OK` without limits.
+                let enforced_policies: Vec<&RateLimitPolicy> =
+                    enforced.map(|i| policies[i]).collect();
+                let answer = failed(slots, &enforced_policies, &failure);
+                if !split.through || split.shadow.is_empty() {
+                    return answer;
                 }
+            }
+            None => {}
+        }
+        for (i, outcome) in split.shadow {
+            let outcome = outcome.map_err(|e| Status::invalid_argument(e.to_string()))?;
+            if let RateLimitOutcome::Evaluated(d) = outcome {
+                decisions[i] = Some(d);
             }
         }
         let decisions: Vec<Option<&RateLimitDecision>> =
             decisions.iter().map(Option::as_ref).collect();
-        Ok(answered(slots, policies, &decisions, allowed))
+        Ok(answered(slots, &policies, &decisions, allowed))
     }
 
     /// Each descriptor's slot, and the members of the matched ones (a descriptor that repeats
@@ -428,12 +414,6 @@ fn now_ms() -> u64 {
     SystemTime::now()
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-/// The response to an evaluated request.
-fn decided(slots: &[Slot], policies: &[&RateLimitPolicy], d: &MultiDecision) -> RateLimitResponse {
-    let decisions: Vec<Option<&RateLimitDecision>> = d.decisions.iter().map(Some).collect();
-    answered(slots, policies, &decisions, d.allowed)
 }
 
 /// The response to a request whose limits (one per policy, in order) decided `decisions`

@@ -18,7 +18,7 @@ use metrics_exporter_prometheus::PrometheusBuilder;
 use shared_contract::{
     AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId,
     PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest as PortRequest, RequestError, SystemClock, UnavailableCategory,
+    RateLimitRequest as PortRequest, RequestError, SystemClock,
 };
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -433,17 +433,17 @@ async fn a_request_that_is_not_utf_8_is_invalid_argument() {
     assert_eq!(e.code(), tonic::Code::InvalidArgument, "{e:?}");
 }
 
-/// A port that can never decide.
+/// A port that can never decide: every call's result is unknown (one descriptor is a single
+/// evaluation, several one multi-limit evaluation; both answer alike).
 #[derive(Debug)]
 struct Down(PolicySet);
 
 #[async_trait::async_trait]
 impl EdgeRateLimitPort for Down {
     async fn evaluate(&self, r: PortRequest) -> Result<RateLimitOutcome, RequestError> {
-        Ok(RateLimitOutcome::Unavailable {
+        Ok(RateLimitOutcome::Indeterminate {
             policy_id: r.policy_id,
             retry_after_ms: 1000,
-            category: UnavailableCategory::Connect,
         })
     }
 

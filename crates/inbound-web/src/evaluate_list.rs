@@ -89,17 +89,7 @@ pub(crate) async fn evaluate(
             cost,
         });
     }
-    if members.iter().any(|m| limiter.is_shadow(m.index)) {
-        return with_shadow(limiter, &members, evaluation_id).await;
-    }
-    match limiter.evaluate_all(&members, evaluation_id).await {
-        Ok(MultiOutcome::Evaluated(d)) => {
-            let bodies: Vec<Bytes> = d.decisions.iter().map(decision_json).collect();
-            decided(&d, &bodies)
-        }
-        Ok(failure) => failed(limiter, &members, failure),
-        Err(e) => request_error(&e),
-    }
+    evaluate_members(limiter, &members, evaluation_id).await
 }
 
 /// The answer when `members` could not be decided: the single form's answer to the failure
@@ -114,25 +104,31 @@ fn failed(limiter: &Limiter, members: &[Member], failure: MultiOutcome) -> Respo
     }
 }
 
-/// A member with its entry's position.
-type Indexed = (usize, Member);
-
-/// `members` of which some are in shadow mode: the enforced ones as one all-or-nothing
-/// evaluation (with `evaluation_id`), then, when the request goes through, every shadow one
-/// on its own ([`Limiter::evaluate_shadows`]). A shadow entry never denies: its body says
+/// Evaluates `members` by the shadow split ([`Limiter::evaluate_split`]): the enforced ones
+/// as one all-or-nothing evaluation (with `evaluation_id`), then, when the request goes
+/// through, every shadow one on its own. A shadow entry never denies: its body says
 /// `"shadow":true` and `would_deny`; when the enforced limits refused, it was not evaluated
 /// (`"outcome":"not_evaluated"`). A retried `evaluation_id` replays the enforced limits only:
 /// the shadow ones are evaluated again.
-async fn with_shadow(
+async fn evaluate_members(
     limiter: &Limiter,
     members: &[Member],
     evaluation_id: Option<EvaluationId>,
 ) -> Response {
-    let (enforced, shadow): (Vec<Indexed>, Vec<Indexed>) = members
+    let shadow: Vec<bool> = members.iter().map(|m| limiter.is_shadow(m.index)).collect();
+    let split = match limiter
+        .evaluate_split(members, &shadow, evaluation_id)
+        .await
+    {
+        Ok(split) => split,
+        Err(e) => return request_error(&e),
+    };
+    let enforced: Vec<(usize, Member)> = members
         .iter()
         .copied()
         .enumerate()
-        .partition(|(_, m)| !limiter.is_shadow(m.index));
+        .filter(|(i, _)| !shadow[*i])
+        .collect();
     let mut bodies: Vec<Bytes> = vec![Bytes::new(); members.len()];
     let mut decision = MultiDecision {
         allowed: true,
@@ -140,38 +136,35 @@ async fn with_shadow(
         replayed: false,
     };
     let mut answer_instead = None;
-    if !enforced.is_empty() {
-        let ms: Vec<Member> = enforced.iter().map(|(_, m)| *m).collect();
-        match limiter.evaluate_all(&ms, evaluation_id).await {
-            Ok(MultiOutcome::Evaluated(d)) => {
-                for ((i, _), member) in enforced.iter().zip(&d.decisions) {
-                    bodies[*i] = decision_json(member);
-                }
-                decision = d;
+    match split.enforced {
+        Some(MultiOutcome::Evaluated(d)) => {
+            for ((i, _), member) in enforced.iter().zip(&d.decisions) {
+                bodies[*i] = decision_json(member);
             }
-            Ok(failure) => {
-                let response = failed(limiter, &ms, failure);
-                if response.status() != StatusCode::OK {
-                    return response;
-                }
-                // Failed open: the request goes through, so the shadow limits count it.
-                answer_instead = Some(response);
-            }
-            Err(e) => return request_error(&e),
+            decision = d;
         }
+        Some(failure) => {
+            let ms: Vec<Member> = enforced.iter().map(|(_, m)| *m).collect();
+            let response = failed(limiter, &ms, failure);
+            if !split.through {
+                return response;
+            }
+            // Failed open: the request goes through, so the shadow limits count it.
+            answer_instead = Some(response);
+        }
+        None => {}
     }
-    let ms: Vec<Member> = shadow.iter().map(|(_, m)| *m).collect();
-    if decision.allowed {
-        for ((i, _), outcome) in shadow.iter().zip(limiter.evaluate_shadows(&ms).await) {
-            bodies[*i] = match outcome {
+    if split.through {
+        for (i, outcome) in split.shadow {
+            bodies[i] = match outcome {
                 Ok(RateLimitOutcome::Evaluated(d)) => shadow_json(&d),
                 Ok(other) => outcome_body(limiter, &other).2,
                 Err(e) => return request_error(&e),
             };
         }
     } else {
-        for (i, m) in &shadow {
-            bodies[*i] = Bytes::from(format!(
+        for (i, m) in members.iter().enumerate().filter(|(i, _)| shadow[*i]) {
+            bodies[i] = Bytes::from(format!(
                 r#"{{"outcome":"not_evaluated","policy":"{}","shadow":true}}"#,
                 limiter.policy(m.index).id()
             ));
