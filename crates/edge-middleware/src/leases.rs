@@ -39,7 +39,7 @@ impl Limiter {
         subject: SubjectDigest,
     ) -> Result<AcquireOutcome, RequestError> {
         let policy_id = self.policy(index).id().clone();
-        let deadline = self.deadline(Instant::now(), &policy_id)?;
+        let deadline = self.deadline(Instant::now());
         let span = tracing::debug_span!("lease_acquire", policy = %policy_id);
         let request = AcquireRequest {
             policy_id: policy_id.clone(),
@@ -59,7 +59,7 @@ impl Limiter {
     /// lease id's policy; nothing was released.
     pub async fn release(&self, lease: LeaseId) -> Result<ReleaseOutcome, RequestError> {
         let policy_id = lease.policy_id.clone();
-        let deadline = self.deadline(Instant::now(), &policy_id)?;
+        let deadline = self.deadline(Instant::now());
         let span = tracing::debug_span!("lease_release", policy = %policy_id);
         let outcome = self
             .port()

@@ -409,14 +409,8 @@ impl Limiter {
 
     /// A deadline `budget` from `start` (a budget that is zero or beyond
     /// [`Deadline::MAX_BUDGET`] gets the longest allowed one).
-    pub(crate) fn deadline(
-        &self,
-        start: Instant,
-        policy: &PolicyId,
-    ) -> Result<Deadline, RequestError> {
-        Deadline::at(start, self.budget)
-            .or_else(|_| Deadline::at(start, Deadline::MAX_BUDGET))
-            .map_err(|_| RequestError::UnknownPolicy(policy.clone()))
+    pub(crate) fn deadline(&self, start: Instant) -> Deadline {
+        Deadline::clamped(start, self.budget)
     }
 
     /// Evaluates `cost` for the raw subject `raw_subject` under the policy at `index`.
@@ -515,17 +509,15 @@ impl Limiter {
         );
         // One clock read starts both the deadline and the latency measurement.
         let start = Instant::now();
-        let request = self
-            .deadline(start, policy)
-            .map(|deadline| RateLimitRequest {
-                policy_id: policy.clone(),
-                subject,
-                cost,
-                evaluation_id: None,
-                deadline,
-            });
+        let request = RateLimitRequest {
+            policy_id: policy.clone(),
+            subject,
+            cost,
+            evaluation_id: None,
+            deadline: self.deadline(start),
+        };
         async move {
-            let result = traced(&span, self.port.evaluate(request?)).await;
+            let result = traced(&span, self.port.evaluate(request)).await;
             let elapsed = start.elapsed();
             if let Ok(outcome) = &result {
                 self.record(entry, outcome, shadow, elapsed.as_secs_f64());
@@ -596,14 +588,10 @@ impl Limiter {
             span.record("costs", costs.join(","));
         }
         let start = Instant::now();
-        let first = entries.first().map(|e| e.policy.id());
-        let request = Limits::new(limits).and_then(|limits| {
-            let deadline = self.deadline(start, first.unwrap_or(self.policy(self.default).id()))?;
-            Ok(MultiRequest {
-                limits,
-                evaluation_id,
-                deadline,
-            })
+        let request = Limits::new(limits).map(|limits| MultiRequest {
+            limits,
+            evaluation_id,
+            deadline: self.deadline(start),
         });
         async move {
             let result = traced(&span, self.port.evaluate_all(request?)).await;

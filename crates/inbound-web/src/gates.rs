@@ -184,8 +184,9 @@ pub(crate) fn not_evaluated<T>(outcome: &GateOutcome<T>) -> Response {
     r
 }
 
-pub(crate) fn deadline(rt: &GateRuntime) -> Result<Deadline, Box<Response>> {
-    Deadline::within(rt.budget()).map_err(|e| Box::new(problem::internal(&e.to_string())))
+/// The deadline of one gate call: the runtime's budget from now.
+pub(crate) fn deadline(rt: &GateRuntime) -> Deadline {
+    Deadline::clamped(std::time::Instant::now(), rt.budget())
 }
 
 #[derive(Deserialize)]
@@ -222,10 +223,7 @@ async fn submit(
         Ok(i) => i,
         Err(e) => return problem::bad_request("invalid_id", &e.to_string()),
     };
-    let deadline = match deadline(rt) {
-        Ok(d) => d,
-        Err(r) => return *r,
-    };
+    let deadline = deadline(rt);
     let request = SubmitRequest {
         gate,
         key: key.clone(),
@@ -328,10 +326,7 @@ async fn event(
     let Ok(event_id) = EventId::new(&id) else {
         return event_not_found();
     };
-    let deadline = match deadline(rt) {
-        Ok(d) => d,
-        Err(r) => return *r,
-    };
+    let deadline = deadline(rt);
     match rt.port().event(&gate, &event_id, deadline).await {
         Err(e) => request_error(&e),
         Ok(GateOutcome::Evaluated(Some(r))) => json_response(StatusCode::OK, &record_json(&r)),
@@ -381,10 +376,7 @@ async fn snapshot(State(api): State<Arc<GateApi>>, Path(gate): Path<String>) -> 
         Ok(v) => v,
         Err(r) => return *r,
     };
-    let deadline = match deadline(rt) {
-        Ok(d) => d,
-        Err(r) => return *r,
-    };
+    let deadline = deadline(rt);
     match rt.port().snapshot(&gate, deadline).await {
         Err(e) => request_error(&e),
         Ok(GateOutcome::Evaluated(s)) => json_response(StatusCode::OK, &snapshot_json(&s)),

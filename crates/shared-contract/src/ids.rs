@@ -239,6 +239,17 @@ impl Deadline {
         Ok(Self(start + budget))
     }
 
+    /// A deadline `budget` after `start`, for a budget that was checked, or chosen, earlier
+    /// (a configured one): a zero budget, or one longer than [`Self::MAX_BUDGET`], is
+    /// [`Self::MAX_BUDGET`]. Infallible, so a caller has no impossible error to report.
+    pub fn clamped(start: Instant, budget: Duration) -> Self {
+        if budget.is_zero() || budget > Self::MAX_BUDGET {
+            Self(start + Self::MAX_BUDGET)
+        } else {
+            Self(start + budget)
+        }
+    }
+
     /// The point in time by which the answer is needed.
     pub fn instant(self) -> Instant {
         self.0
@@ -277,6 +288,12 @@ mod tests {
         assert!(Deadline::within(Duration::ZERO).is_err());
         assert!(Deadline::within(Duration::from_secs(61)).is_err());
         assert!(Deadline::within(Duration::from_millis(50)).is_ok());
+        let start = Instant::now();
+        let at = |budget| Deadline::clamped(start, budget).instant() - start;
+        assert_eq!(at(Duration::from_millis(50)), Duration::from_millis(50));
+        assert_eq!(at(Duration::ZERO), Deadline::MAX_BUDGET);
+        assert_eq!(at(Duration::from_secs(61)), Deadline::MAX_BUDGET);
+        assert_eq!(at(Deadline::MAX_BUDGET), Deadline::MAX_BUDGET);
     }
 
     #[test]
