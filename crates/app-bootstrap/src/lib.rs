@@ -46,6 +46,10 @@ pub mod config;
 #[cfg(feature = "local")]
 pub mod fallback;
 mod features;
+// The configuration's answers when a provider feature is left out, across `config`,
+// `compose` and `gates`.
+#[cfg(all(test, not(all(feature = "redis", feature = "local"))))]
+mod feature_tests;
 pub mod gates;
 pub mod reload;
 pub mod settings;

@@ -33,6 +33,8 @@
 
 use std::collections::BTreeMap;
 
+#[cfg(feature = "redis")]
+use crate::config::digest;
 use crate::config::{ConfigErrors, Problem};
 use crate::settings::{RateLimitSettings, Settings};
 
@@ -171,18 +173,6 @@ fn secrets(s: &Settings) -> Secrets {
         out.insert(path, (d, "the file's content changed"));
     }
     out
-}
-
-/// A digest of `parts` (each length-prefixed, so that parts cannot run into each other). It
-/// stays in memory: it only tells whether a secret changed, and is never shown.
-#[cfg(feature = "redis")]
-pub(crate) fn digest(parts: &[&[u8]]) -> u64 {
-    use std::hash::{Hash as _, Hasher as _};
-    let mut h = std::collections::hash_map::DefaultHasher::new();
-    for p in parts {
-        p.hash(&mut h);
-    }
-    h.finish()
 }
 
 /// Whether the event gates differ (then a reload builds them again).

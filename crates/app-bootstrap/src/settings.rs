@@ -131,12 +131,6 @@ impl Default for GrpcSettings {
 }
 
 impl Settings {
-    /// The effective settings as TOML, defaults filled in and secrets redacted (`--check`).
-    /// Each section renders itself next to where it is read ([`crate::config`]).
-    pub fn render(&self) -> String {
-        crate::config::render(self)
-    }
-
     /// Descriptors to keep free for the rate-limit provider beyond those it holds once
     /// connected: a reconnect opens its new connection before the old one is gone, and
     /// Sentinel and Cluster also reach nodes they learn about. The listeners' connection caps

@@ -31,12 +31,11 @@ use shared_contract::{AcquireOutcome, LeaseId, ReleaseOutcome};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::layer::{PeerIp, no_peer, subject};
 use crate::leases::names::RELEASE_FAILURES;
 use crate::leases::respond::not_acquired;
 use crate::limiter::{Limiter, PolicyIndex};
 use crate::problem;
-use crate::rule::Rule;
+use crate::rule::{PeerIp, Rule, no_peer, subject};
 
 /// A boxed task the app runs to completion (the reference app gives `tokio::spawn`).
 pub type Task = Pin<Box<dyn Future<Output = ()> + Send>>;

@@ -36,7 +36,7 @@
 //! A request without a subject part (no such header, no peer address, no such path segment)
 //! is limited under that part empty: all such requests share one quota, so leaving a header
 //! out is never a way around the limit. A subject header or path segment longer than
-//! [`MAX_SUBJECT_BYTES`] (256, the bound of `/v1/evaluate` as well) under any matching rule
+//! [`MAX_SUBJECT_BYTES`](crate::subject::MAX_SUBJECT_BYTES) (256, the bound of `/v1/evaluate` as well) under any matching rule
 //! is 400 problem+json `subject_too_long`; a cost header that is missing, not a whole number,
 //! 0 or above the policy's `max_cost` is 400 `invalid_cost` naming the header. Both are
 //! answered before anything is evaluated: nothing is charged.
@@ -55,12 +55,11 @@
 
 use std::convert::Infallible;
 use std::future::Future;
-use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
-use http::{Extensions, HeaderValue, Request, Response, header};
+use http::{HeaderValue, Request, Response, header};
 use shared_contract::{
     Clock, Cost, MAX_LIMITS, MultiOutcome, PolicyId, RateLimitDecision, RateLimitOutcome,
     RateLimitPolicy, SystemClock,
@@ -71,18 +70,9 @@ use tower_service::Service;
 use crate::headers;
 use crate::limiter::{Limiter, Member, PolicyIndex};
 use crate::problem;
-pub use crate::rule::Rule;
-use crate::rule::{IpText, Part, RuleCost, ip_text, raw_part};
-use crate::subject::MAX_SUBJECT_BYTES;
+pub use crate::rule::{PeerIp, Rule};
+use crate::rule::{RuleCost, no_peer, subject};
 use crate::subject::SubjectSource;
-
-/// Reads the peer's IP address from a request's extensions, where the server put it.
-pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
-
-/// The [`PeerIp`] of a layer that was given none: no address, the empty subject.
-pub(crate) fn no_peer(_: &Extensions) -> Option<IpAddr> {
-    None
-}
 
 /// A rule's policy, resolved in the limiter when the layer is built.
 #[derive(Debug, Clone)]
@@ -444,52 +434,6 @@ fn rule_cost<B, R: From<String>>(
             String::from_utf8_lossy(&text[..text.len().min(32)])
         ))),
     }
-}
-
-/// The digest of `rule`'s subject in `req`, or 400 when a header or path part is longer than
-/// [`MAX_SUBJECT_BYTES`].
-pub(crate) fn subject<B, R: From<String>>(
-    rule: &Rule,
-    req: &Request<B>,
-    peer: PeerIp,
-    limiter: &Limiter,
-) -> Result<shared_contract::SubjectDigest, Response<R>> {
-    let mut scratch = IpText::new();
-    let ip: &[u8] = if rule.subject.contains(&Part::Ip) {
-        ip_text(req, peer, &mut scratch)
-    } else {
-        &[]
-    };
-    // One part, the common case: read once, checked and digested as it is.
-    if let [one] = rule.subject.as_slice() {
-        let raw = raw_part(one, req, ip);
-        return match too_long(one, raw.len()) {
-            Some(refused) => Err(refused),
-            None => Ok(limiter.digest(raw)),
-        };
-    }
-    for part in &rule.subject {
-        if let Some(refused) = too_long(part, raw_part(part, req, ip).len()) {
-            return Err(refused);
-        }
-    }
-    Ok(limiter.digest_composed(rule.subject.iter().map(|p| raw_part(p, req, ip))))
-}
-
-/// The 400 for a subject `part` of `len` bytes when that is more than [`MAX_SUBJECT_BYTES`].
-fn too_long<R: From<String>>(part: &Part, len: usize) -> Option<Response<R>> {
-    if len <= MAX_SUBJECT_BYTES {
-        return None;
-    }
-    let what = match part {
-        Part::Header(name) => format!("the subject header {name}"),
-        Part::Segment(i) => format!("the subject path segment {i}"),
-        Part::Ip | Part::Const(_) => "a subject part".to_owned(),
-    };
-    Some(problem::bad_request(
-        "subject_too_long",
-        &format!("{what} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"),
-    ))
 }
 
 async fn limit<S, ReqBody, ResBody>(

@@ -110,9 +110,9 @@ pub mod split;
 pub mod subject;
 
 pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
-pub use layer::{PeerIp, RateLimit, RateLimitLayer, UnknownPolicy};
+pub use layer::{RateLimit, RateLimitLayer, UnknownPolicy};
 pub use limiter::{BreakerGauge, Limiter, LimiterBuilder, Member, PolicyIndex};
-pub use rule::{CostSource, HeaderCondition, Rule, most_overlapping, parse_method};
+pub use rule::{CostSource, HeaderCondition, PeerIp, Rule, most_overlapping, parse_method};
 pub use split::Split;
 pub use subject::{
     MAX_CONST_BYTES, MAX_SUBJECT_BYTES, SecretError, SubjectHasher, SubjectSecret, SubjectSource,

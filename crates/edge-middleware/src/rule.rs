@@ -18,6 +18,9 @@
 //! ([`CostSource::Header`]: a whole number 1..=`max_cost`; anything else is answered 400 by
 //! the middleware, nothing charged).
 //!
+//! Reading a request's subject lives here too, in one place for both middlewares: its parts,
+//! the peer address through a [`PeerIp`] function, the length check and the digest.
+//!
 //! [`most_overlapping`] finds the largest group of rules that can all match one request, so
 //! that a configuration can be refused when a request could match more than
 //! [`MAX_LIMITS`](shared_contract::MAX_LIMITS) of them (one all-or-nothing evaluation takes at
@@ -26,10 +29,12 @@
 use std::io::Write as _;
 use std::net::IpAddr;
 
-use http::{HeaderName, HeaderValue, Method, Request};
+use http::{Extensions, HeaderName, HeaderValue, Method, Request, Response};
 use shared_contract::{Cost, PolicyId};
 
-use crate::layer::PeerIp;
+use crate::limiter::Limiter;
+use crate::problem;
+use crate::subject::MAX_SUBJECT_BYTES;
 use crate::subject::SubjectSource;
 
 /// A header condition of a rule: `"x-tenant"` (present) or `"x-tier=gold"` (first value
@@ -438,6 +443,60 @@ impl IpText {
         let len = cursor.position() as usize;
         &self.buf[..len]
     }
+}
+
+/// Reads the peer's IP address from a request's extensions, where the server put it.
+pub type PeerIp = fn(&Extensions) -> Option<IpAddr>;
+
+/// The [`PeerIp`] of a layer that was given none: no address, the empty subject.
+pub(crate) fn no_peer(_: &Extensions) -> Option<IpAddr> {
+    None
+}
+
+/// The digest of `rule`'s subject in `req`, or 400 when a header or path part is longer than
+/// [`MAX_SUBJECT_BYTES`].
+pub(crate) fn subject<B, R: From<String>>(
+    rule: &Rule,
+    req: &Request<B>,
+    peer: PeerIp,
+    limiter: &Limiter,
+) -> Result<shared_contract::SubjectDigest, Response<R>> {
+    let mut scratch = IpText::new();
+    let ip: &[u8] = if rule.subject.contains(&Part::Ip) {
+        ip_text(req, peer, &mut scratch)
+    } else {
+        &[]
+    };
+    // One part, the common case: read once, checked and digested as it is.
+    if let [one] = rule.subject.as_slice() {
+        let raw = raw_part(one, req, ip);
+        return match too_long(one, raw.len()) {
+            Some(refused) => Err(refused),
+            None => Ok(limiter.digest(raw)),
+        };
+    }
+    for part in &rule.subject {
+        if let Some(refused) = too_long(part, raw_part(part, req, ip).len()) {
+            return Err(refused);
+        }
+    }
+    Ok(limiter.digest_composed(rule.subject.iter().map(|p| raw_part(p, req, ip))))
+}
+
+/// The 400 for a subject `part` of `len` bytes when that is more than [`MAX_SUBJECT_BYTES`].
+fn too_long<R: From<String>>(part: &Part, len: usize) -> Option<Response<R>> {
+    if len <= MAX_SUBJECT_BYTES {
+        return None;
+    }
+    let what = match part {
+        Part::Header(name) => format!("the subject header {name}"),
+        Part::Segment(i) => format!("the subject path segment {i}"),
+        Part::Ip | Part::Const(_) => "a subject part".to_owned(),
+    };
+    Some(problem::bad_request(
+        "subject_too_long",
+        &format!("{what} is {len} bytes, at most {MAX_SUBJECT_BYTES} are accepted"),
+    ))
 }
 
 #[cfg(test)]

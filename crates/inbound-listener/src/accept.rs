@@ -12,15 +12,12 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore, watch};
 use tokio::task::AbortHandle;
 
 use crate::connection::Activity;
+pub use crate::connection::Stop;
 
 /// How long the loop waits after an `accept` that failed for want of resources.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(25);
 /// At most one log line per this interval for accept failures, and for reaching the cap.
 pub const LOG_INTERVAL: Duration = Duration::from_secs(10);
-
-/// Tells a connection that the server is shutting down: `changed()` resolves then (and when
-/// the loop is gone).
-pub type Stop = watch::Receiver<()>;
 
 /// Rate-limits a repeated log line: [`Self::record`] says when to write it.
 #[derive(Debug)]

@@ -1,5 +1,6 @@
 //! One connection's timers: what it has done ([`Activity`], fed by a [`Tracked`] stream and
-//! by [`Call`] guards) and [`supervise`], which closes it when it stays silent too long.
+//! by [`Call`] guards), [`supervise`], which closes it when it stays silent too long, and the
+//! [`Stop`] signal it watches for shutdown.
 
 use std::fmt::Display;
 use std::net::SocketAddr;
@@ -10,8 +11,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::sync::watch;
 
-use crate::accept::Stop;
+/// Tells a connection that the server is shutting down: `changed()` resolves then (and when
+/// the loop is gone).
+pub type Stop = watch::Receiver<()>;
 
 /// What one connection has done, counted with relaxed atomics (one add per I/O call or per
 /// call; nothing else per request).

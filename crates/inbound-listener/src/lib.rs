@@ -22,6 +22,6 @@ pub mod accept;
 pub mod budget;
 pub mod connection;
 
-pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Stop, Throttle, serve};
+pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Throttle, serve};
 pub use budget::{Budget, open_descriptors, open_file_limit};
-pub use connection::{Activity, Call, Handshake, IdleBy, Timeouts, Tracked, supervise};
+pub use connection::{Activity, Call, Handshake, IdleBy, Stop, Timeouts, Tracked, supervise};

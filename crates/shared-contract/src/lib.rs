@@ -22,9 +22,10 @@ pub mod gate;
 pub mod ids;
 pub mod lease;
 pub mod model;
-pub mod multi;
 pub mod policy;
 pub mod port;
+
+pub use port::multi;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{

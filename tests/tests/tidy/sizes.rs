@@ -31,7 +31,7 @@ fn rust_files(dir: &Path) -> Vec<PathBuf> {
 
 /// `text` with comments, string and character literals blanked (newlines kept), so that
 /// braces and the word `fn` are seen only where they are code.
-fn code_only(text: &str) -> String {
+pub(super) fn code_only(text: &str) -> String {
     let b = text.as_bytes();
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;

@@ -102,6 +102,31 @@ mod tests {
     use shared_contract::gate::{GateId, GateMode, GateSpec};
 
     use super::*;
+    use crate::acl::Needs;
+    use crate::acl::tests::{names, probe_key};
+
+    #[test]
+    fn acl_needs_cover_the_gate_programs_and_what_the_provider_sends() {
+        let gates = Needs::gates("rl", &scripts());
+        let gate_names = names(&gates);
+        for c in [
+            "HGET",
+            "XADD",
+            "XINFO|STREAM",
+            "EVALSHA",
+            "EVAL",
+            "PING",
+            "TIME",
+        ] {
+            assert!(gate_names.contains(c), "{c}");
+        }
+        assert!(
+            !gate_names.contains("SET"),
+            "no gate program writes with SET"
+        );
+        // The probe key sits under the prefix, in the layout of the gate provider's keys.
+        assert!(probe_key(&gates).starts_with("rl:gate:{"));
+    }
 
     #[test]
     fn manifests_match_the_files() {

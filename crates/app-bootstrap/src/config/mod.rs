@@ -51,9 +51,11 @@ mod reload;
 mod routes;
 mod section;
 
-#[cfg(all(test, not(all(feature = "redis", feature = "local"))))]
-#[path = "feature_tests.rs"]
-mod feature_tests;
+#[cfg(feature = "redis")]
+pub(crate) use redis::digest;
+
+/// The `[rate_limit.redis]` section's path: the provider's (`rate_limit`) and its own.
+const REDIS: &str = "rate_limit.redis";
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -255,8 +257,16 @@ pub fn validate(root: &Dict, base: Option<&Path>) -> Result<Settings, ConfigErro
     }
 }
 
+impl Settings {
+    /// The effective settings as TOML, defaults filled in and secrets redacted (`--check`).
+    /// Each section renders itself next to where it is read, in this module's children.
+    pub fn render(&self) -> String {
+        render(self)
+    }
+}
+
 /// The effective settings as TOML, each section rendered by its own module.
-pub(crate) fn render(settings: &Settings) -> String {
+fn render(settings: &Settings) -> String {
     let mut o = reader::Toml::default();
     http::render(&mut o, &settings.http);
     log::render(&mut o, &settings.log);

@@ -16,6 +16,8 @@ use adapter_local::LocalSettings;
 use figment::value::{Dict, Value};
 use shared_contract::{FailurePolicy, PolicyId, PolicySet, RateLimitPolicy};
 
+#[cfg(not(feature = "redis"))]
+use super::REDIS;
 use super::policies;
 use super::reader::{Check, Key, Toml, names, read_present, render_keys};
 #[cfg(any(feature = "redis", feature = "local"))]
@@ -29,7 +31,6 @@ use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
 use edge_middleware::SubjectSecret;
 
 pub(super) const P: &str = "rate_limit";
-pub(super) const REDIS: &str = "rate_limit.redis";
 const LOCAL: &str = "rate_limit.local";
 const BREAKER: &str = "rate_limit.circuit_breaker";
 

@@ -17,7 +17,7 @@ use figment::value::{Dict, Value};
 use super::reader::{Check, Key, Toml, join, key, read_keys, render_section, toml_str};
 use crate::settings::{PasswordSource, RedisProviderSettings};
 
-const P: &str = super::rate_limit::REDIS;
+const P: &str = super::REDIS;
 
 /// The topologies `rate_limit.redis.topology` names (the enum [`Topology`] holds each one's
 /// addresses; this is only the name, read before the addresses are).
@@ -221,6 +221,17 @@ pub(super) fn read(
         })
 }
 
+/// A digest of `parts` (each length-prefixed, so that parts cannot run into each other). It
+/// stays in memory: it only tells whether a secret changed, and is never shown.
+pub(crate) fn digest(parts: &[&[u8]]) -> u64 {
+    use std::hash::{Hash as _, Hasher as _};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    for p in parts {
+        p.hash(&mut h);
+    }
+    h.finish()
+}
+
 /// A digest of each configured TLS file's content (see
 /// [`RedisProviderSettings::tls_file_digests`]); the files were read by the settings' check
 /// just before, so an unreadable one is already reported.
@@ -234,7 +245,7 @@ fn tls_file_digests(redis: &RedisSettings) -> Vec<(&'static str, u64)> {
     .into_iter()
     .filter_map(|(key, f)| {
         let bytes = std::fs::read(f.as_ref()?).ok()?;
-        Some((key, crate::reload::digest(&[&bytes])))
+        Some((key, digest(&[&bytes])))
     })
     .collect()
 }

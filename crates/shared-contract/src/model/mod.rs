@@ -29,6 +29,7 @@ use crate::exact::{self, OutOfRange};
 use crate::ids::Cost;
 use crate::policy::{Algorithm, MAX_TIME_MS, RateLimitPolicy};
 
+pub use crate::policy::Rules;
 pub use concurrency::ConcurrencyState;
 pub use denial::DenialBound;
 pub use fixed_window::FixedWindowState;
@@ -36,16 +37,6 @@ pub use gcra::GcraState;
 pub use sliding_log::SlidingLogState;
 pub use sliding_window::SlidingWindowState;
 pub use token_bucket::TokenBucketState;
-
-/// The rules every algorithm shares, taken from the policy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Rules {
-    /// Largest step back of the clock, in ms, that is computed with the last write's time instead;
-    /// further back answers `ClockUnsafe`.
-    pub max_clock_regression_ms: u64,
-    /// Extra time, in ms, a write lives past the point where it no longer differs from no state.
-    pub cleanup_grace_ms: u64,
-}
 
 /// The verdict of one evaluation, as the Lua programs' status field names it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]

@@ -1,5 +1,6 @@
-//! Validated algorithm parameters, one type per algorithm, and the checks that build them:
-//! every bound keeps the algorithm's arithmetic inside Lua's exact integer range.
+//! Validated algorithm parameters, one type per algorithm, beside the [`Rules`] every algorithm
+//! shares, and the checks that build them: every bound keeps the algorithm's arithmetic inside
+//! Lua's exact integer range.
 
 use std::time::Duration;
 
@@ -8,6 +9,16 @@ use super::{
     MIN_COUNT, PolicyError, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE, in_range, millis,
 };
 use crate::exact::{self, MAX_SAFE_INTEGER};
+
+/// The rules every algorithm shares, taken from the policy.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rules {
+    /// Largest step back of the clock, in ms, that is computed with the last write's time instead;
+    /// further back answers `ClockUnsafe`.
+    pub max_clock_regression_ms: u64,
+    /// Extra time, in ms, a write lives past the point where it no longer differs from no state.
+    pub cleanup_grace_ms: u64,
+}
 
 /// Fixed window: at most `limit` cost per epoch-aligned window of `window_ms`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -11,7 +11,7 @@ mod algorithm;
 mod builder;
 
 pub use algorithm::{
-    Algorithm, ConcurrencyParams, FixedWindowParams, GcraParams, SlidingLogParams,
+    Algorithm, ConcurrencyParams, FixedWindowParams, GcraParams, Rules, SlidingLogParams,
     SlidingWindowParams, TokenBucketParams,
 };
 pub use builder::{
@@ -449,8 +449,8 @@ impl RateLimitPolicy {
         self
     }
     /// The rules shared by all algorithms, as the models take them.
-    pub fn rules(&self) -> crate::model::Rules {
-        crate::model::Rules {
+    pub fn rules(&self) -> Rules {
+        Rules {
             max_clock_regression_ms: self.max_clock_regression_ms,
             cleanup_grace_ms: self.cleanup_grace_ms,
         }

@@ -9,11 +9,11 @@
 //! The reference semantics is [`crate::model::multi::evaluate_all`], a pure function over the
 //! single-policy models.
 
+use super::{EdgeRateLimitPort, RateLimitRequest, RequestError};
 use crate::decision::UnavailableCategory;
 use crate::decision::{IncompatibleCategory, RateLimitDecision, RateLimitOutcome};
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
 use crate::policy::RateLimitPolicy;
-use crate::port::{EdgeRateLimitPort, PolicySet, RateLimitRequest, RequestError};
 
 /// Most limits in one all-or-nothing evaluation.
 pub const MAX_LIMITS: usize = 8;
@@ -113,22 +113,6 @@ impl MultiRequest {
             evaluation_id: request.evaluation_id,
             deadline: request.deadline,
         }
-    }
-}
-
-impl PolicySet {
-    /// The policy of each limit, in order, after the checks every provider makes before
-    /// touching state.
-    ///
-    /// # Errors
-    /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`] for the first limit
-    /// that fails them; nothing is evaluated.
-    pub fn admit_all(&self, request: &MultiRequest) -> Result<Vec<&RateLimitPolicy>, RequestError> {
-        request
-            .limits
-            .iter()
-            .map(|l| self.admit_cost(&l.policy_id, l.cost))
-            .collect()
     }
 }
 

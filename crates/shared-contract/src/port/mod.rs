@@ -1,12 +1,17 @@
-//! The port every provider implements, and the request it takes.
+//! The port every provider implements, and the requests it takes: one policy's here, several
+//! limits decided as one in [`multi`] (a child, because the port's `evaluate_all` takes its
+//! request and `multi`'s `one_by_one` answers it through the port).
 
 use std::collections::BTreeMap;
 
 use crate::decision::RateLimitOutcome;
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
 use crate::lease::{AcquireOutcome, AcquireRequest, ReleaseOutcome, ReleaseRequest};
-use crate::multi::{MultiOutcome, MultiRequest};
 use crate::policy::{Algorithm, ConcurrencyParams, RateLimitPolicy};
+
+pub mod multi;
+
+use multi::{MultiOutcome, MultiRequest};
 
 /// One request to evaluate against one policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -238,6 +243,20 @@ impl PolicySet {
                 policy_id: policy_id.clone(),
             }),
         }
+    }
+
+    /// The policy of each limit, in order, after the checks every provider makes before
+    /// touching state.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`] or [`RequestError::CostAboveMax`] for the first limit
+    /// that fails them; nothing is evaluated.
+    pub fn admit_all(&self, request: &MultiRequest) -> Result<Vec<&RateLimitPolicy>, RequestError> {
+        request
+            .limits
+            .iter()
+            .map(|l| self.admit_cost(&l.policy_id, l.cost))
+            .collect()
     }
 
     /// [`Self::admit`] of a policy id and a cost.
