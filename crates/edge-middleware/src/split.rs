@@ -6,8 +6,7 @@
 //! refused request charges no shadow limit.
 
 use shared_contract::{
-    EvaluationId, FailurePolicy, MultiDecision, MultiOutcome, RateLimitOutcome, RateLimitPolicy,
-    RequestError,
+    EvaluationId, FailurePolicy, MultiOutcome, RateLimitOutcome, RateLimitPolicy, RequestError,
 };
 
 use crate::failure;
@@ -56,7 +55,7 @@ impl Limiter {
             .collect();
         let outcome = match (enforced.as_slice(), evaluation_id) {
             ([], _) => None,
-            ([m], None) => Some(multi_of(
+            ([m], None) => Some(MultiOutcome::from_single(
                 self.evaluate_as(m.index, m.subject, m.cost, false).await?,
             )),
             (many, id) => Some(self.evaluate_all(many, id).await?),
@@ -86,39 +85,5 @@ impl Limiter {
             through,
             shadow: shadow_outcomes,
         })
-    }
-}
-
-/// A single limit's outcome as the outcome of an evaluation of that one limit.
-fn multi_of(outcome: RateLimitOutcome) -> MultiOutcome {
-    match outcome {
-        RateLimitOutcome::Evaluated(d) => MultiOutcome::Evaluated(MultiDecision {
-            allowed: d.allowed,
-            decisions: vec![d],
-            replayed: false,
-        }),
-        RateLimitOutcome::Unavailable {
-            policy_id,
-            retry_after_ms,
-            category,
-        } => MultiOutcome::Unavailable {
-            policy_id,
-            retry_after_ms,
-            category,
-        },
-        RateLimitOutcome::Indeterminate {
-            policy_id,
-            retry_after_ms,
-        } => MultiOutcome::Indeterminate {
-            policy_id,
-            retry_after_ms,
-        },
-        RateLimitOutcome::Incompatible {
-            policy_id,
-            category,
-        } => MultiOutcome::Incompatible {
-            policy_id,
-            category,
-        },
     }
 }

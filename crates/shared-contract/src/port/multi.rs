@@ -284,6 +284,41 @@ impl MultiOutcome {
         }
     }
 
+    /// The outcome of a one-limit evaluation whose single outcome is `outcome` (the inverse
+    /// of [`Self::into_single`]): a decision becomes a one-member decision.
+    pub fn from_single(outcome: RateLimitOutcome) -> Self {
+        match outcome {
+            RateLimitOutcome::Evaluated(d) => MultiOutcome::Evaluated(MultiDecision {
+                allowed: d.allowed,
+                decisions: vec![d],
+                replayed: false,
+            }),
+            RateLimitOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            } => MultiOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            },
+            RateLimitOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            } => MultiOutcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            },
+            RateLimitOutcome::Incompatible {
+                policy_id,
+                category,
+            } => MultiOutcome::Incompatible {
+                policy_id,
+                category,
+            },
+        }
+    }
+
     /// Joins per-limit outcomes into one: the first non-decision, else a decision allowed
     /// when every member allowed.
     ///
@@ -340,4 +375,35 @@ pub async fn one_by_one<P: EdgeRateLimitPort + ?Sized>(
         outcomes.push(port.evaluate(one).await?);
     }
     Ok(MultiOutcome::combine(outcomes))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::decision::UnavailableCategory;
+
+    #[test]
+    fn a_single_outcome_and_its_one_limit_evaluation_convert_both_ways() {
+        let id = PolicyId::new("p").expect("valid id");
+        let failures = [
+            RateLimitOutcome::Unavailable {
+                policy_id: id.clone(),
+                retry_after_ms: 7,
+                category: UnavailableCategory::Connect,
+            },
+            RateLimitOutcome::Indeterminate {
+                policy_id: id.clone(),
+                retry_after_ms: 9,
+            },
+            RateLimitOutcome::Incompatible {
+                policy_id: id.clone(),
+                category: IncompatibleCategory::Reply,
+            },
+        ];
+        for outcome in failures {
+            let multi = MultiOutcome::from_single(outcome.clone());
+            assert_eq!(multi.name(), outcome.name());
+            assert_eq!(multi.into_single(&id), outcome);
+        }
+    }
 }
