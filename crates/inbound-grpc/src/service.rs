@@ -599,7 +599,7 @@ fn failed(
             category,
             ..
         } => Status::unavailable(format!(
-            "the rate-limit provider cannot decide ({} incompatible, policy {policy_id}); nothing was charged",
+            "the rate-limit provider cannot decide ({} incompatible, policy {policy_id}); a refused state or program charged nothing, an unreadable reply came after the program ran",
             category.as_str()
         )),
         RateLimitOutcome::Evaluated(_) => Status::internal("an evaluated outcome is not a failure"),
