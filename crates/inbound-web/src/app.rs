@@ -34,9 +34,10 @@ use edge_middleware::{ConcurrencyLayer, RateLimitLayer, problem};
 use shared_contract::AlgorithmKind;
 use tower::ServiceExt as _;
 
-use crate::api::{self, ApiState};
+use crate::api;
 use crate::gates::GateApi;
-use crate::reload::CurrentRouter;
+use crate::listener::CurrentRouter;
+use crate::state::ApiState;
 
 /// The peer address [`serve`] records for each connection, for `ip` subjects.
 fn peer_ip(extensions: &Extensions) -> Option<std::net::IpAddr> {
@@ -52,7 +53,9 @@ fn upstream(
 {
     move |req: Request<Body>| {
         let path = req.uri().path();
-        let served = prefixes.iter().any(|p| lies_under(path, p));
+        let served = prefixes
+            .iter()
+            .any(|p| crate::telemetry::lies_under(path, p));
         let r = if served {
             let mut r = Response::new(Body::from(r#"{"ok":true}"#));
             r.headers_mut().insert(
@@ -65,16 +68,6 @@ fn upstream(
         };
         std::future::ready(Ok(r))
     }
-}
-
-/// Whether `path` lies under the route prefix `prefix`, segment-wise: `/api` (or `/api/`)
-/// holds `/api` and `/api/x`, not `/apix`.
-pub(crate) fn lies_under(path: &str, prefix: &str) -> bool {
-    let p = prefix.trim_end_matches('/');
-    p.is_empty()
-        || path
-            .strip_prefix(p)
-            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 /// The app's router. Rate limiting applies to the demo upstream's `routes` (when enabled);
@@ -104,7 +97,7 @@ pub fn router_with_gates(
         })
         .route("/metrics", get(api::metrics))
         .route("/openapi.json", get(crate::openapi::document))
-        .route("/v1/config", get(crate::reload::config))
+        .route("/v1/config", get(crate::api::config))
         .route("/v1/evaluate", post(api::evaluate))
         .route("/v1/leases", post(crate::leases::acquire))
         .route("/v1/leases/{lease_id}", delete(crate::leases::release));

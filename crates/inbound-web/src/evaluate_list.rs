@@ -25,10 +25,10 @@ use shared_contract::{
     EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitOutcome, RateLimitPolicy,
 };
 
-use crate::api::{
-    ApiState, Text, decision_json, json, outcome_body, request_error, respond, shadow_json,
-};
 use crate::body::Object;
+use crate::body::Text;
+use crate::response::{decision_json, json, outcome_body, request_error, respond, shadow_json};
+use crate::state::ApiState;
 
 /// One entry of `requests`: the single form's fields.
 #[derive(Deserialize)]

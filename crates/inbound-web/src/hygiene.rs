@@ -45,8 +45,6 @@ use futures::StreamExt as _;
 use futures::future::{BoxFuture, Either, FutureExt as _, Map};
 use tower::{Layer, Service};
 
-use crate::reload::CurrentRouter;
-
 /// Longest request target (path and query) the app reads; longer is 414. As nginx's default
 /// (`large_client_header_buffers 4 8k`).
 pub const MAX_URI_BYTES: usize = 8 * 1024;
@@ -103,12 +101,6 @@ type LimitedFuture = <Limited as Service<Request<Body>>>::Future;
 pub trait AtHead {
     /// The router for a request whose head has just arrived.
     fn at_head(&self) -> Router;
-}
-
-impl AtHead for CurrentRouter {
-    fn at_head(&self) -> Router {
-        self.in_force()
-    }
 }
 
 impl AtHead for Router {

@@ -17,7 +17,9 @@ use edge_middleware::problem;
 use serde::Deserialize;
 use shared_contract::{AcquireOutcome, LeaseId, ReleaseOutcome};
 
-use crate::api::{ApiState, Text, checked_subject, json, request_error};
+use crate::body::{Text, checked_subject};
+use crate::response::{json, request_error};
+use crate::state::ApiState;
 
 #[derive(Deserialize)]
 struct AcquireBody<'a> {

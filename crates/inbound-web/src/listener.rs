@@ -30,8 +30,9 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use crate::reload::CurrentRouter;
 use app_bootstrap::HttpSettings;
+use arc_swap::ArcSwap;
+use axum::Router;
 use axum::body::Body;
 use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
@@ -41,7 +42,36 @@ use inbound_listener::{Activity, Admission, IdleBy, Stop, Timeouts, Tracked};
 use tokio::net::TcpStream;
 use tower::{Layer as _, Service as _};
 
-use crate::hygiene::HygieneLayer;
+use crate::hygiene::{AtHead, HygieneLayer};
+
+/// The router in force: the hygiene layer takes it when a request's head arrives
+/// ([`crate::hygiene::AtHead`]), so each request is routed by the router in force when it
+/// started. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct CurrentRouter(Arc<ArcSwap<Router>>);
+
+impl CurrentRouter {
+    /// A current router with `router` in force.
+    pub fn new(router: Router) -> Self {
+        Self(Arc::new(ArcSwap::from_pointee(router)))
+    }
+
+    /// The router in force now.
+    pub fn in_force(&self) -> Router {
+        Router::clone(&self.0.load())
+    }
+
+    /// Puts `router` in force for the requests that start from now on.
+    pub fn replace(&self, router: Router) {
+        self.0.store(Arc::new(router));
+    }
+}
+
+impl AtHead for CurrentRouter {
+    fn at_head(&self) -> Router {
+        self.in_force()
+    }
+}
 
 /// The listener limits of `[http]`: timeouts, the connection cap, and the body limit that
 /// [`HygieneLayer`] applies to every route.

@@ -194,10 +194,10 @@ async fn serve(
     };
     let observers = gates
         .as_ref()
-        .map(inbound_web::gate_metrics::spawn)
+        .map(inbound_web::gates::metrics::spawn)
         .unwrap_or_default();
     let gate_api = Arc::new(inbound_web::gates::GateApi::new(gates));
-    let view = reload::ConfigView::new(settings, sources.file.as_deref());
+    let view = inbound_web::config_view::ConfigView::new(settings, sources.file.as_deref());
     let state = reload::app_state(runtime.as_ref(), prometheus.clone(), &view);
     // The gRPC service asks the HTTP edge's limiter: one path, one set of metrics.
     let rls = settings
@@ -205,7 +205,7 @@ async fn serve(
         .bind
         .zip(state.limiter())
         .map(|(bind, limiter)| (bind, rls_service(settings, limiter.clone(), traced)));
-    let router = reload::CurrentRouter::new(reload::build_router(
+    let router = inbound_web::listener::CurrentRouter::new(reload::build_router(
         state,
         settings,
         gate_api.clone(),

@@ -20,5 +20,5 @@ pub const DOCUMENT: &str = include_str!("../openapi.json");
 
 /// `GET /openapi.json`: 200 with [`DOCUMENT`], served as it is (no copy per request).
 pub async fn document() -> Response {
-    crate::api::json(StatusCode::OK, DOCUMENT)
+    crate::response::json(StatusCode::OK, DOCUMENT)
 }

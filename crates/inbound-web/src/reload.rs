@@ -17,141 +17,19 @@ use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
 use app_bootstrap::{RateLimitRuntime, RateLimitSettings, Settings, Sources};
-use arc_swap::ArcSwap;
 use axum::Router;
-use axum::extract::State;
-use axum::http::StatusCode;
-use axum::response::Response;
 use metrics_exporter_prometheus::PrometheusHandle;
 
-use crate::api::ApiState;
+use crate::config_view::ConfigView;
 use crate::gates::GateApi;
+use crate::listener::CurrentRouter;
+use crate::state::ApiState;
 
 /// How often the configuration file is looked at.
 pub const POLL_INTERVAL: Duration = Duration::from_millis(250);
 /// How long the file must stay unchanged before it is read: an editor or a deploy tool that
 /// writes it in several steps is read once, after the last one.
 pub const DEBOUNCE: Duration = Duration::from_millis(300);
-
-/// The router in force: the hygiene layer takes it when a request's head arrives
-/// ([`crate::hygiene::AtHead`]), so each request is routed by the router in force when it
-/// started. Cheap to clone.
-#[derive(Debug, Clone)]
-pub struct CurrentRouter(Arc<ArcSwap<Router>>);
-
-impl CurrentRouter {
-    /// A current router with `router` in force.
-    pub fn new(router: Router) -> Self {
-        Self(Arc::new(ArcSwap::from_pointee(router)))
-    }
-
-    /// The router in force now.
-    pub fn in_force(&self) -> Router {
-        Router::clone(&self.0.load())
-    }
-
-    /// Puts `router` in force for the requests that start from now on.
-    pub fn replace(&self, router: Router) {
-        self.0.store(Arc::new(router));
-    }
-}
-
-/// What `GET /v1/config` shows: the settings in force (secrets redacted) and since when, and
-/// the last refused reload, if one came after them.
-#[derive(Debug, Clone)]
-pub struct ConfigView(Arc<ArcSwap<ViewState>>);
-
-#[derive(Debug)]
-struct ViewState {
-    body: serde_json::Value,
-    refused: Option<serde_json::Value>,
-}
-
-impl ConfigView {
-    /// The view of `settings`, loaded now from `file` (generation 1).
-    pub fn new(settings: &Settings, file: Option<&std::path::Path>) -> Self {
-        let body = in_force(settings, file, 1, SystemTime::now());
-        Self(Arc::new(ArcSwap::from_pointee(ViewState {
-            body,
-            refused: None,
-        })))
-    }
-
-    fn applied(&self, body: serde_json::Value) {
-        self.0.store(Arc::new(ViewState {
-            body,
-            refused: None,
-        }));
-    }
-
-    fn refused(&self, problems: &[String]) {
-        let now = self.0.load();
-        let refused = serde_json::json!({
-            "at": rfc3339(SystemTime::now()),
-            "problems": problems,
-        });
-        self.0.store(Arc::new(ViewState {
-            body: now.body.clone(),
-            refused: Some(refused),
-        }));
-    }
-
-    /// Forgets the last refused reload: the file is back to the configuration in force, so
-    /// what was refused is no longer in it. Whether there was one to forget.
-    fn file_back_in_force(&self) -> bool {
-        let now = self.0.load();
-        if now.refused.is_none() {
-            return false;
-        }
-        self.0.store(Arc::new(ViewState {
-            body: now.body.clone(),
-            refused: None,
-        }));
-        true
-    }
-
-    /// The `GET /v1/config` body.
-    pub fn body(&self) -> serde_json::Value {
-        let state = self.0.load();
-        let mut body = state.body.clone();
-        body["last_refused_reload"] = state.refused.clone().unwrap_or(serde_json::Value::Null);
-        body
-    }
-}
-
-fn in_force(
-    settings: &Settings,
-    file: Option<&std::path::Path>,
-    generation: u64,
-    loaded_at: SystemTime,
-) -> serde_json::Value {
-    // The rendering is `--check`'s: defaults filled in, secrets redacted.
-    let config = settings
-        .render()
-        .parse::<toml::Table>()
-        .ok()
-        .and_then(|t| serde_json::to_value(t).ok())
-        .unwrap_or(serde_json::Value::Null);
-    serde_json::json!({
-        "generation": generation,
-        "loaded_at": rfc3339(loaded_at),
-        "file": file.map(|f| f.display().to_string()),
-        "config": config,
-    })
-}
-
-fn rfc3339(t: SystemTime) -> String {
-    humantime::format_rfc3339_millis(t).to_string()
-}
-
-/// `GET /v1/config`: 200 with the view; 404 problem+json when the app runs without one (a
-/// router built by a library user).
-pub async fn config(State(state): State<Arc<ApiState>>) -> Response {
-    match state.config_view() {
-        Some(view) => crate::api::json(StatusCode::OK, view.body().to_string()),
-        None => edge_middleware::problem::not_found(),
-    }
-}
 
 /// Everything a reload needs: how to read the configuration, what is in force, and where to
 /// put what replaces it.
@@ -288,7 +166,7 @@ impl Reloader {
                 }
                 let router = build_router(state, &settings, gate_api.clone(), self.traced);
                 self.router.replace(router);
-                self.view.applied(in_force(
+                self.view.applied(crate::config_view::in_force(
                     &settings,
                     self.sources.file.as_deref(),
                     generation,
@@ -351,7 +229,7 @@ impl Reloader {
                 .map(Arc::new);
             let observers = rt
                 .as_ref()
-                .map(crate::gate_metrics::spawn)
+                .map(crate::gates::metrics::spawn)
                 .unwrap_or_default();
             Some((Arc::new(running.gates.with_runtime(rt)), observers))
         } else {

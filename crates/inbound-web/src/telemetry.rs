@@ -170,7 +170,7 @@ impl RoutePrefixes {
     fn of(&self, path: &str) -> Option<&str> {
         self.0
             .iter()
-            .filter(|p| crate::app::lies_under(path, p))
+            .filter(|p| lies_under(path, p))
             .max_by_key(|p| p.len())
             .map(String::as_str)
     }
@@ -211,6 +211,16 @@ pub async fn server_span(
         span.record("otel.status_code", "error");
     }
     response
+}
+
+/// Whether `path` lies under the route prefix `prefix`, segment-wise: `/api` (or `/api/`)
+/// holds `/api` and `/api/x`, not `/apix`.
+pub(crate) fn lies_under(path: &str, prefix: &str) -> bool {
+    let p = prefix.trim_end_matches('/');
+    p.is_empty()
+        || path
+            .strip_prefix(p)
+            .is_some_and(|rest| rest.is_empty() || rest.starts_with('/'))
 }
 
 #[cfg(test)]

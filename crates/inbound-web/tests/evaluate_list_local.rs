@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use inbound_web::api::ApiState;
+use inbound_web::state::ApiState;
 use serde_json::{Value, json};
 use tower::ServiceExt as _;
 

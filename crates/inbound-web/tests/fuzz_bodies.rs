@@ -10,8 +10,8 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use inbound_web::api::ApiState;
 use inbound_web::gates::GateApi;
+use inbound_web::state::ApiState;
 use proptest::prelude::*;
 use tower::ServiceExt as _;
 

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
-use inbound_web::api::ApiState;
+use inbound_web::state::ApiState;
 use tower::ServiceExt as _;
 
 const CONFIG: &str = r#"

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::App;
-use inbound_web::subscribers::MAX_SUBSCRIBERS_PER_GATE;
+use inbound_web::gates::subscribers::MAX_SUBSCRIBERS_PER_GATE;
 use tokio_tungstenite::tungstenite::Error as WsError;
 
 const GATES: &str = r#"

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use common::App;
 use futures::StreamExt;
-use inbound_web::stream::{CLOSE_IDLE, IDLE_TIMEOUT, PING_INTERVAL};
+use inbound_web::gates::stream::{CLOSE_IDLE, IDLE_TIMEOUT, PING_INTERVAL};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::tungstenite::Message;

@@ -13,8 +13,8 @@ use std::time::Duration;
 
 use app_bootstrap::{RateLimitSettings, SubjectHasher, SubjectSecret};
 use futures::StreamExt as _;
-use inbound_web::api::ApiState;
 use inbound_web::gates::GateApi;
+use inbound_web::state::ApiState;
 use serde_json::Value;
 use shared_contract::{
     EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
@@ -97,12 +97,22 @@ fn documented(doc: &Value) -> BTreeSet<(String, String)> {
 fn routed() -> BTreeSet<(String, String)> {
     let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
     let mut out = BTreeSet::new();
-    let mut files: Vec<_> = std::fs::read_dir(&dir)
-        .expect("src")
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| p.extension().is_some_and(|e| e == "rs"))
-        .collect();
+    // Every source file, in the module directories too (`gates/`).
+    let mut files = Vec::new();
+    let mut dirs = vec![dir];
+    while let Some(dir) = dirs.pop() {
+        for path in std::fs::read_dir(&dir)
+            .expect("src")
+            .flatten()
+            .map(|e| e.path())
+        {
+            if path.is_dir() {
+                dirs.push(path);
+            } else if path.extension().is_some_and(|e| e == "rs") {
+                files.push(path);
+            }
+        }
+    }
     files.sort();
     for file in files {
         let text = std::fs::read_to_string(&file).expect("readable");
@@ -280,7 +290,7 @@ async fn serve(kind: Kind) -> Served {
         .await
         .expect("built")
         .map(Arc::new);
-    let view = inbound_web::reload::ConfigView::new(&settings, None);
+    let view = inbound_web::config_view::ConfigView::new(&settings, None);
     let state = Arc::new(ApiState::new(limiter.map(Arc::new), None).with_config_view(view));
     let router =
         inbound_web::app::router_with_gates(state, &settings.routes, Arc::new(GateApi::new(gates)));

@@ -56,7 +56,7 @@ impl Subscribers {
         }
         c.total += 1;
         c.per_gate.insert(gate.clone(), of_gate + 1);
-        crate::gate_metrics::subscribers(gate, of_gate + 1);
+        crate::gates::metrics::subscribers(gate, of_gate + 1);
         Some(Permit {
             owner: self.clone(),
             gate: gate.clone(),
@@ -80,7 +80,7 @@ impl Drop for Permit {
         c.total = c.total.saturating_sub(1);
         if let Some(n) = c.per_gate.get_mut(&self.gate) {
             *n = n.saturating_sub(1);
-            crate::gate_metrics::subscribers(&self.gate, *n);
+            crate::gates::metrics::subscribers(&self.gate, *n);
             if *n == 0 {
                 c.per_gate.remove(&self.gate);
             }

@@ -5,11 +5,15 @@
 //! | `POST /v1/gates/{gate}/events` | 202 submitted, 409 rejected, 200 duplicate (the event's current record), 409 problem+json `id_reused` (the id is held for another key) |
 //! | `GET /v1/gates/{gate}/events/{id}` | 200 the event, 404 when the gate does not hold it |
 //! | `GET /v1/gates/{gate}/snapshot` | 200 the incubating events and the clock |
-//! | `GET /v1/gates/{gate}/stream` | WebSocket, see [`crate::stream`] |
+//! | `GET /v1/gates/{gate}/stream` | WebSocket, see [`crate::gates::stream`] |
 //!
 //! An unknown gate (or no gate configured at all) is 404 problem+json; a provider that could
 //! not answer (unavailable, indeterminate, incompatible) is 503 problem+json with the outcome
 //! and, when known, `retry_after_ms` and a `Retry-After` header; a bad body, key or id is 400.
+
+pub mod metrics;
+pub mod stream;
+pub mod subscribers;
 
 use std::hash::{BuildHasher as _, Hasher as _};
 use std::sync::Arc;
@@ -17,7 +21,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use app_bootstrap::GateRuntime;
 use axum::Router;
-use axum::body::{Body, Bytes};
+use axum::body::Bytes;
 use axum::extract::{Path, State};
 use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::Response;
@@ -37,7 +41,7 @@ use shared_contract::gate::{
 pub struct GateApi {
     runtime: Option<Arc<GateRuntime>>,
     ids: Arc<IdMaker>,
-    subscribers: Arc<crate::subscribers::Subscribers>,
+    subscribers: Arc<crate::gates::subscribers::Subscribers>,
 }
 
 impl GateApi {
@@ -46,9 +50,9 @@ impl GateApi {
         Self {
             runtime,
             ids: Arc::new(IdMaker::new()),
-            subscribers: crate::subscribers::Subscribers::new(
-                crate::subscribers::MAX_SUBSCRIBERS_PER_GATE,
-                crate::subscribers::MAX_SUBSCRIBERS,
+            subscribers: crate::gates::subscribers::Subscribers::new(
+                crate::gates::subscribers::MAX_SUBSCRIBERS_PER_GATE,
+                crate::gates::subscribers::MAX_SUBSCRIBERS,
             ),
         }
     }
@@ -65,7 +69,7 @@ impl GateApi {
     }
 
     /// The live stream subscribers and their bounds.
-    pub fn subscribers(&self) -> &Arc<crate::subscribers::Subscribers> {
+    pub fn subscribers(&self) -> &Arc<crate::gates::subscribers::Subscribers> {
         &self.subscribers
     }
 
@@ -116,18 +120,13 @@ pub fn router(api: Arc<GateApi>) -> Router {
         .route("/v1/gates/{gate}/events", post(submit))
         .route("/v1/gates/{gate}/events/{id}", get(event))
         .route("/v1/gates/{gate}/snapshot", get(snapshot))
-        .route("/v1/gates/{gate}/stream", get(crate::stream::stream))
+        .route("/v1/gates/{gate}/stream", get(crate::gates::stream::stream))
         .with_state(api)
 }
 
+/// A JSON answer of `body`, as every API answer is written (`response::json`).
 fn json_response(status: StatusCode, body: &Value) -> Response {
-    let mut r = Response::new(Body::from(body.to_string()));
-    *r.status_mut() = status;
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/json"),
-    );
-    r
+    crate::response::json(status, body.to_string())
 }
 
 fn unknown_gate(gate: &str) -> Response {
@@ -240,9 +239,9 @@ async fn submit(
             SubmitOutcome::Duplicate(_) => "duplicate",
             SubmitOutcome::IdReused(_) => "id_reused",
         },
-        Ok(other) => crate::gate_metrics::not_evaluated_name(other),
+        Ok(other) => crate::gates::metrics::not_evaluated_name(other),
     };
-    crate::gate_metrics::submission(&counted_gate, counted);
+    crate::gates::metrics::submission(&counted_gate, counted);
     match answer {
         Err(e) => request_error(&e),
         Ok(GateOutcome::Evaluated(outcome)) => match outcome {

@@ -45,8 +45,8 @@ use futures::{SinkExt as _, StreamExt as _};
 use serde_json::Value;
 use shared_contract::gate::{Feed, FeedTiming, Frame, GateId, Step};
 
+pub use crate::gates::subscribers::{MAX_SUBSCRIBERS, MAX_SUBSCRIBERS_PER_GATE, Subscribers};
 use crate::gates::{GateApi, snapshot_json, status_json};
-pub use crate::subscribers::{MAX_SUBSCRIBERS, MAX_SUBSCRIBERS_PER_GATE, Subscribers};
 
 /// How often a subscriber gets a fresh snapshot without asking.
 pub const SNAPSHOT_INTERVAL: Duration = Duration::from_secs(5);
