@@ -7,7 +7,8 @@
 //! ```
 //!
 //! Each provider is built only in a build with its feature; the breaker needs `redis`, the
-//! fallback `local`.
+//! fallback `local`. One function (`stack`) puts the decorators around the redis provider, at
+//! start-up and at a reload alike (which keeps the running circuit and the fallback's store).
 //!
 //! `fail_open` is not a decorator: the port's outcome stays what the provider said, and the
 //! edge lets the request through because the policy's `failure_policy()` says so (so the
@@ -183,39 +184,36 @@ impl RateLimitRuntime {
         let needs_fallback = needs_fallback(settings)?;
         let policies = settings.policies.clone();
         let redis = Arc::new(redis.with_policies(policies.clone())?);
-        let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
-        if let Some(b) = &self.breaker {
-            let b = Arc::new(b.with_inner(port));
-            next.breaker = Some(b.clone());
-            port = b;
-        }
+        // The fallback's store is kept even when no policy needs it now, so that a later
+        // reload finds its state again.
+        #[cfg(feature = "local")]
+        let store = match fallback {
+            Some(f) => Some(Arc::new(f.with_policies(policies))),
+            None => needs_fallback
+                .then(|| Arc::new(LocalProvider::fallback(policies, clock.clone(), *local))),
+        };
+        #[cfg(not(feature = "local"))]
+        let store: Fallback = None;
+        let layers = stack(
+            redis.clone(),
+            |inner| self.breaker.as_ref().map(|b| b.with_inner(inner)),
+            store.clone().filter(|_| needs_fallback),
+        );
+        next.breaker = layers.breaker;
+        next.port = layers.port;
         #[cfg(feature = "local")]
         {
-            let fallback = match fallback {
-                Some(f) => Some(Arc::new(f.with_policies(policies.clone()))),
-                None if needs_fallback => Some(Arc::new(LocalProvider::fallback(
-                    policies,
-                    clock.clone(),
-                    *local,
-                ))),
-                None => None,
-            };
-            if let Some(f) = fallback.as_ref().filter(|_| needs_fallback) {
-                port = Arc::new(LocalFallback::new(port, f.clone()));
-            }
             next.base = Base::Redis {
                 redis,
-                fallback,
+                fallback: store,
                 clock: clock.clone(),
                 local: *local,
             };
         }
         #[cfg(not(feature = "local"))]
         {
-            let _ = needs_fallback;
             next.base = Base::Redis { redis };
         }
-        next.port = port;
         Ok(())
     }
 
@@ -306,25 +304,27 @@ async fn redis(
     let fallback = needs_fallback(e)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
     let redis = Arc::new(RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?);
-    let mut port: Arc<dyn EdgeRateLimitPort> = redis.clone();
-    let mut breaker = None;
-    if e.breaker.enabled {
-        let b = Arc::new(CircuitBreaker::with_clock(port, e.breaker, clock.clone()));
-        breaker = Some(b.clone());
-        port = b;
-    }
     #[cfg(feature = "local")]
     let fallback = fallback.then(|| {
-        let local = Arc::new(LocalProvider::fallback(
-            e.policies.clone(),
-            clock.clone(),
-            e.local,
-        ));
-        port = Arc::new(LocalFallback::new(port.clone(), local.clone()));
-        local
+        let policies = e.policies.clone();
+        Arc::new(LocalProvider::fallback(policies, clock.clone(), e.local))
     });
+    // Without `local`, settings that ask for the fallback were refused above.
     #[cfg(not(feature = "local"))]
-    let _ = (fallback, clock);
+    let fallback: Fallback = {
+        let _ = fallback;
+        None
+    };
+    let Layers { port, breaker } = stack(
+        redis.clone(),
+        |inner| {
+            let settings = e.breaker;
+            settings
+                .enabled
+                .then(|| CircuitBreaker::with_clock(inner, settings, clock.clone()))
+        },
+        fallback.clone(),
+    );
     tracing::info!(
         policies = e.policies.iter().count(),
         failure_policy = e.failure_policy.as_str(),
@@ -351,6 +351,44 @@ async fn redis(
         #[cfg(not(feature = "local"))]
         base: Base::Redis { redis },
     })
+}
+
+/// The local fallback's store, when the stack has the fallback (a policy asks for it).
+#[cfg(all(feature = "redis", feature = "local"))]
+type Fallback = Option<Arc<LocalProvider>>;
+/// Without the `local` feature there is no fallback (settings that ask for one are refused).
+#[cfg(all(feature = "redis", not(feature = "local")))]
+type Fallback = Option<Arc<std::convert::Infallible>>;
+
+/// The redis provider's decorators, as [`stack`] built them.
+#[cfg(feature = "redis")]
+struct Layers {
+    port: Arc<dyn EdgeRateLimitPort>,
+    breaker: Option<Arc<CircuitBreaker>>,
+}
+
+/// The decorator stack over the redis provider, the one place its order is written, for
+/// start-up and reload alike: `redis` inside the circuit breaker `breaker` makes of it (none
+/// when it makes none: a new circuit at start-up, the running one's at a reload), inside the
+/// local fallback over `fallback`'s store when there is one.
+#[cfg(feature = "redis")]
+fn stack(
+    redis: Arc<RedisProvider>,
+    breaker: impl FnOnce(Arc<dyn EdgeRateLimitPort>) -> Option<CircuitBreaker>,
+    fallback: Fallback,
+) -> Layers {
+    let mut port: Arc<dyn EdgeRateLimitPort> = redis;
+    let breaker = breaker(port.clone()).map(Arc::new);
+    if let Some(b) = &breaker {
+        port = b.clone();
+    }
+    #[cfg(feature = "local")]
+    if let Some(store) = fallback {
+        port = Arc::new(LocalFallback::new(port, store));
+    }
+    #[cfg(not(feature = "local"))]
+    let _ = fallback;
+    Layers { port, breaker }
 }
 
 /// Whether any policy (by its own failure policy or the global one) asks for the local
