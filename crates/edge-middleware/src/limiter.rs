@@ -40,19 +40,6 @@ pub mod names {
     pub const BREAKER_STATE: &str = "rate_limit_circuit_breaker_state";
 }
 
-const ERROR_CATEGORIES: [&str; 10] = [
-    "connect",
-    "admission",
-    "deadline",
-    "clock",
-    "circuit_open",
-    "server",
-    "indeterminate",
-    "state",
-    "program",
-    "reply",
-];
-
 /// Every decision source, in the order of [`PolicyMetrics`]'s per-source counters.
 const SOURCES: [Source; 4] = [
     Source::GlobalRedis,
@@ -207,7 +194,9 @@ pub struct Limiter {
     entries: Vec<Entry>,
     by_id: HashMap<PolicyId, PolicyIndex>,
     default: PolicyIndex,
-    errors: [Counter; ERROR_CATEGORIES.len()],
+    /// [`names::PROVIDER_ERRORS`], one counter per name of
+    /// [`RateLimitOutcome::error_categories`], registered once.
+    errors: Vec<(&'static str, Counter)>,
 }
 
 impl Limiter {
@@ -245,8 +234,13 @@ impl Limiter {
             .get(port.policies().default_id())
             .copied()
             .unwrap_or(PolicyIndex(0));
-        let errors = ERROR_CATEGORIES
-            .map(|category| metrics::counter!(names::PROVIDER_ERRORS, "category" => category));
+        // The categories come from the contract, so a category added there has its counter.
+        let errors = RateLimitOutcome::error_categories()
+            .map(|category| {
+                let counter = metrics::counter!(names::PROVIDER_ERRORS, "category" => category);
+                (category, counter)
+            })
+            .collect();
         Self {
             port,
             hasher,
@@ -646,8 +640,8 @@ impl Limiter {
         let Some(category) = outcome.error_category() else {
             return;
         };
-        if let Some(i) = ERROR_CATEGORIES.iter().position(|c| *c == category) {
-            self.errors[i].increment(1);
+        if let Some((_, counter)) = self.errors.iter().find(|(c, _)| *c == category) {
+            counter.increment(1);
         }
     }
 }
@@ -686,6 +680,3 @@ async fn join_all<F: Future>(futures: Vec<F>) -> Vec<F::Output> {
     .await;
     outputs.into_iter().flatten().collect()
 }
-
-/// A shared limiter.
-pub type SharedLimiter = Arc<Limiter>;

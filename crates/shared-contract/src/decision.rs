@@ -98,6 +98,17 @@ pub enum UnavailableCategory {
 }
 
 impl UnavailableCategory {
+    /// Every category, in declaration order (a unit test holds it to the enum): what a metric
+    /// needs to register one series per category before any is seen.
+    pub const ALL: [UnavailableCategory; 6] = [
+        UnavailableCategory::Connect,
+        UnavailableCategory::Admission,
+        UnavailableCategory::Deadline,
+        UnavailableCategory::Clock,
+        UnavailableCategory::CircuitOpen,
+        UnavailableCategory::Server,
+    ];
+
     /// The category's name as reported on the wire and in metrics (`connect`, `admission`,
     /// `deadline`, `clock`, `circuit_open`, `server`).
     pub fn as_str(self) -> &'static str {
@@ -125,6 +136,13 @@ pub enum IncompatibleCategory {
 }
 
 impl IncompatibleCategory {
+    /// Every category, in declaration order (as [`UnavailableCategory::ALL`]).
+    pub const ALL: [IncompatibleCategory; 3] = [
+        IncompatibleCategory::State,
+        IncompatibleCategory::Program,
+        IncompatibleCategory::Reply,
+    ];
+
     /// The category's name as reported on the wire and in metrics (`state`, `program`, `reply`).
     pub fn as_str(self) -> &'static str {
         match self {
@@ -168,6 +186,24 @@ pub enum RateLimitOutcome {
 }
 
 impl RateLimitOutcome {
+    /// The [`Self::error_category`] of a [`RateLimitOutcome::Indeterminate`] outcome.
+    pub const INDETERMINATE_CATEGORY: &'static str = "indeterminate";
+
+    /// Every name [`Self::error_category`] can return, each once: the unavailable
+    /// categories, [`Self::INDETERMINATE_CATEGORY`], then the incompatible categories. A
+    /// metric built from these has a series for a category added later without being told.
+    pub fn error_categories() -> impl Iterator<Item = &'static str> {
+        let unavailable = UnavailableCategory::ALL
+            .into_iter()
+            .map(UnavailableCategory::as_str);
+        let incompatible = IncompatibleCategory::ALL
+            .into_iter()
+            .map(IncompatibleCategory::as_str);
+        unavailable
+            .chain([Self::INDETERMINATE_CATEGORY])
+            .chain(incompatible)
+    }
+
     /// The policy this outcome is for, whichever the variant.
     pub fn policy_id(&self) -> &PolicyId {
         match self {
@@ -202,8 +238,72 @@ impl RateLimitOutcome {
         match self {
             RateLimitOutcome::Evaluated(_) => None,
             RateLimitOutcome::Unavailable { category, .. } => Some(category.as_str()),
-            RateLimitOutcome::Indeterminate { .. } => Some("indeterminate"),
+            RateLimitOutcome::Indeterminate { .. } => Some(Self::INDETERMINATE_CATEGORY),
             RateLimitOutcome::Incompatible { category, .. } => Some(category.as_str()),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The variants of `$enum` listed after it, as an array, once a `match` on exactly those
+    /// variants has compiled: a variant added to the enum and not listed here stops the test
+    /// from compiling, so a list checked against it cannot silently fall behind.
+    macro_rules! every_variant {
+        ($enum:ident: $($variant:ident),+ $(,)?) => {{
+            fn _listed(value: $enum) {
+                match value {
+                    $($enum::$variant)|+ => {}
+                }
+            }
+            [$($enum::$variant),+]
+        }};
+    }
+
+    #[test]
+    fn all_holds_every_unavailable_category_once_in_order() {
+        let every = every_variant!(UnavailableCategory: Connect, Admission, Deadline, Clock, CircuitOpen, Server);
+        assert_eq!(UnavailableCategory::ALL, every);
+    }
+
+    #[test]
+    fn all_holds_every_incompatible_category_once_in_order() {
+        let every = every_variant!(IncompatibleCategory: State, Program, Reply);
+        assert_eq!(IncompatibleCategory::ALL, every);
+    }
+
+    #[test]
+    fn error_categories_name_every_category_an_outcome_reports_once() {
+        let names: Vec<&str> = RateLimitOutcome::error_categories().collect();
+        let policy_id = PolicyId::new("api").expect("valid id");
+        let mut outcomes: Vec<RateLimitOutcome> = UnavailableCategory::ALL
+            .into_iter()
+            .map(|category| RateLimitOutcome::Unavailable {
+                policy_id: policy_id.clone(),
+                retry_after_ms: 0,
+                category,
+            })
+            .collect();
+        outcomes.push(RateLimitOutcome::Indeterminate {
+            policy_id: policy_id.clone(),
+            retry_after_ms: 0,
+        });
+        outcomes.extend(IncompatibleCategory::ALL.into_iter().map(|category| {
+            RateLimitOutcome::Incompatible {
+                policy_id: policy_id.clone(),
+                category,
+            }
+        }));
+        let reported: Vec<&str> = outcomes
+            .iter()
+            .map(|o| o.error_category().expect("not a decision"))
+            .collect();
+        assert_eq!(names, reported);
+        let mut distinct = names.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        assert_eq!(distinct.len(), names.len(), "{names:?}");
     }
 }

@@ -203,7 +203,7 @@ impl MultiOutcome {
         match self {
             MultiOutcome::Evaluated(_) => None,
             MultiOutcome::Unavailable { category, .. } => Some(category.as_str()),
-            MultiOutcome::Indeterminate { .. } => Some("indeterminate"),
+            MultiOutcome::Indeterminate { .. } => Some(RateLimitOutcome::INDETERMINATE_CATEGORY),
             MultiOutcome::Incompatible { category, .. } => Some(category.as_str()),
         }
     }
