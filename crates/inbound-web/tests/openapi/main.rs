@@ -704,3 +704,44 @@ async fn the_stream_upgrades_and_its_frames_are_documented() {
         "status":"published","clock":9,"at_ms":1,"publish_at_ms":1});
     assert!(schema::validate(&doc, frame_schema, &status_frame).is_empty());
 }
+
+/// Every `category` the document enumerates is one of the contract's category lists, and
+/// both lists are there: a category added to the contract must be added to the document.
+#[test]
+fn the_documented_categories_are_the_contracts() {
+    use shared_contract::{IncompatibleCategory, UnavailableCategory};
+    fn enums(v: &Value, out: &mut Vec<BTreeSet<String>>) {
+        match v {
+            Value::Object(o) => {
+                if let Some(list) = o.get("category").and_then(|c| c["enum"].as_array()) {
+                    out.push(
+                        list.iter()
+                            .filter_map(|s| s.as_str().map(str::to_owned))
+                            .collect(),
+                    );
+                }
+                o.values().for_each(|v| enums(v, out));
+            }
+            Value::Array(a) => a.iter().for_each(|v| enums(v, out)),
+            _ => {}
+        }
+    }
+    let mut found = Vec::new();
+    enums(&document(), &mut found);
+    let unavailable: BTreeSet<String> = UnavailableCategory::ALL
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    let incompatible: BTreeSet<String> = IncompatibleCategory::ALL
+        .iter()
+        .map(|c| c.as_str().to_owned())
+        .collect();
+    for list in &found {
+        assert!(
+            *list == unavailable || *list == incompatible,
+            "{list:?} is neither {unavailable:?} nor {incompatible:?}"
+        );
+    }
+    assert!(found.contains(&unavailable), "{found:?}");
+    assert!(found.contains(&incompatible), "{found:?}");
+}
