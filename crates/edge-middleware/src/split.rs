@@ -5,9 +5,7 @@
 //! the enforced evaluation (it must not keep the enforced limits from being charged), and a
 //! refused request charges no shadow limit.
 
-use shared_contract::{
-    EvaluationId, FailurePolicy, MultiOutcome, RateLimitOutcome, RateLimitPolicy, RequestError,
-};
+use shared_contract::{EvaluationId, FailurePolicy, MultiOutcome, RateLimitOutcome, RequestError};
 
 use crate::failure;
 use crate::limiter::{Limiter, Member};
@@ -63,13 +61,11 @@ impl Limiter {
         let through = match &outcome {
             None => true,
             Some(MultiOutcome::Evaluated(d)) => d.allowed,
-            Some(failure) => {
-                let policies: Vec<&RateLimitPolicy> =
-                    enforced.iter().map(|m| self.policy(m.index)).collect();
-                failure::failure_outcome(&policies, failure.clone()).is_some_and(|(deciding, _)| {
-                    deciding.failure_policy() == FailurePolicy::FailOpen
-                })
-            }
+            // Undecided: through exactly when the policy that decides fails open.
+            Some(_) => failure::deciding_policy(enforced.iter().map(|m| self.policy(m.index)))
+                .is_some_and(|i| {
+                    self.policy(enforced[i].index).failure_policy() == FailurePolicy::FailOpen
+                }),
         };
         let mut shadow_outcomes = Vec::new();
         if through {
