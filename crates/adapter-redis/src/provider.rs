@@ -69,9 +69,9 @@ use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
     AcquireOutcome, AcquireRequest, AlgorithmKind, EdgeRateLimitPort, IncompatibleCategory,
-    MultiDecision, MultiOutcome, MultiRequest, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
-    TokenSource, UnavailableCategory,
+    MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RandomTokens,
+    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
+    RequestError, TokenSource,
 };
 
 use crate::acl::Needs;
@@ -339,34 +339,26 @@ impl RedisProvider {
         self.plans.get(policy).map(|p| p.keys.state_key(subject))
     }
 
-    fn unavailable(
-        &self,
-        policy: &RateLimitPolicy,
-        category: UnavailableCategory,
-    ) -> RateLimitOutcome {
-        RateLimitOutcome::Unavailable {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.settings.retry_after_ms(),
-            category,
-        }
-    }
-
-    fn unavailable_all(
-        &self,
-        policy: &RateLimitPolicy,
-        category: UnavailableCategory,
-    ) -> MultiOutcome {
-        MultiOutcome::Unavailable {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.settings.retry_after_ms(),
-            category,
-        }
-    }
-
-    fn indeterminate_all(&self, policy: &RateLimitPolicy) -> MultiOutcome {
-        MultiOutcome::Indeterminate {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.settings.retry_after_ms(),
+    /// The outcome of a call of `policy`'s (or, for several limits, the first one's) that
+    /// `failure` stopped, for one limit or several alike.
+    fn failed<T>(&self, policy: &RateLimitPolicy, failure: Failure) -> Outcome<T> {
+        let policy_id = policy.id().clone();
+        let retry_after_ms = self.settings.retry_after_ms();
+        match failure {
+            Failure::Unavailable(category) => Outcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            },
+            Failure::Incompatible(category) => Outcome::Incompatible {
+                policy_id,
+                category,
+            },
+            // A script reloaded after `NOSCRIPT` and then lost leaves the same doubt.
+            Failure::Indeterminate | Failure::NoScript => Outcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            },
         }
     }
 
@@ -392,13 +384,6 @@ impl RedisProvider {
                 self.deny_cache
                     .record(policy, &limit.subject, bound, sent, now);
             }
-        }
-    }
-
-    fn indeterminate(&self, policy: &RateLimitPolicy) -> RateLimitOutcome {
-        RateLimitOutcome::Indeterminate {
-            policy_id: policy.id().clone(),
-            retry_after_ms: self.settings.retry_after_ms(),
         }
     }
 }
@@ -431,7 +416,7 @@ impl EdgeRateLimitPort for RedisProvider {
         let timeout = self.settings.command_timeout;
         let _permit = match self.pool.admit(request.deadline, timeout) {
             Ok(permit) => permit,
-            Err(category) => return Ok(self.unavailable(policy, category)),
+            Err(category) => return Ok(self.failed(policy, Failure::Unavailable(category))),
         };
         let key = plan.keys.state_key(&request.subject);
         let call = Evaluation {
@@ -448,18 +433,7 @@ impl EdgeRateLimitPort for RedisProvider {
             .await
         {
             Ok(reply) => reply,
-            Err(Failure::Unavailable(category)) => {
-                return Ok(self.unavailable(policy, category));
-            }
-            Err(Failure::Incompatible(category)) => {
-                return Ok(RateLimitOutcome::Incompatible {
-                    policy_id: policy.id().clone(),
-                    category,
-                });
-            }
-            Err(Failure::Indeterminate | Failure::NoScript) => {
-                return Ok(self.indeterminate(policy));
-            }
+            Err(failure) => return Ok(self.failed(policy, failure)),
         };
         let outcome = reply::observed(&reply.value, policy, |r| plan.clock.single(r));
         if cached
@@ -477,7 +451,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 acked = reply.replicas_acked,
                 "allow not acknowledged by enough replicas; reported indeterminate"
             );
-            return Ok(self.indeterminate(policy));
+            return Ok(self.failed(policy, Failure::Indeterminate));
         }
         Ok(outcome)
     }
@@ -537,7 +511,7 @@ impl EdgeRateLimitPort for RedisProvider {
         let timeout = self.settings.command_timeout;
         let _permit = match self.pool.admit(request.deadline, timeout) {
             Ok(permit) => permit,
-            Err(category) => return Ok(self.unavailable_all(first, category)),
+            Err(category) => return Ok(self.failed(first, Failure::Unavailable(category))),
         };
         let slot = hash_slot(members[0].1.as_bytes());
         let call = MultiCall { members, replay };
@@ -549,18 +523,7 @@ impl EdgeRateLimitPort for RedisProvider {
             .await
         {
             Ok(reply) => reply,
-            Err(Failure::Unavailable(category)) => {
-                return Ok(self.unavailable_all(first, category));
-            }
-            Err(Failure::Incompatible(category)) => {
-                return Ok(MultiOutcome::Incompatible {
-                    policy_id: first.id().clone(),
-                    category,
-                });
-            }
-            Err(Failure::Indeterminate | Failure::NoScript) => {
-                return Ok(self.indeterminate_all(first));
-            }
+            Err(failure) => return Ok(self.failed(first, failure)),
         };
         let clocks = call.members.iter().map(|(plan, _, _)| &plan.clock);
         let outcome = reply_multi::observed(&reply.value, &policies, |r| {
@@ -581,7 +544,7 @@ impl EdgeRateLimitPort for RedisProvider {
                 acked = reply.replicas_acked,
                 "multi-limit allow not acknowledged by enough replicas; reported indeterminate"
             );
-            return Ok(self.indeterminate_all(first));
+            return Ok(self.failed(first, Failure::Indeterminate));
         }
         Ok(outcome)
     }

@@ -22,7 +22,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest,
+    AcquireOutcome, AcquireRequest, Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, Outcome,
     PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
     RequestError, SystemClock, UnavailableCategory,
 };
@@ -208,16 +208,6 @@ impl CircuitBreaker {
     }
 }
 
-/// `Some(true)`: counts as a failure; `Some(false)`: a success; `None`: neither.
-fn failure(outcome: &RateLimitOutcome) -> Option<bool> {
-    match outcome {
-        RateLimitOutcome::Evaluated(_) => Some(false),
-        RateLimitOutcome::Indeterminate { .. } => Some(true),
-        RateLimitOutcome::Unavailable { category, .. } => unavailable_failure(*category),
-        RateLimitOutcome::Incompatible { .. } => None,
-    }
-}
-
 /// Refusals of the caller's own making (admission, deadline) or of the breaker itself count
 /// neither way; the others are the provider failing.
 fn unavailable_failure(category: UnavailableCategory) -> Option<bool> {
@@ -254,19 +244,14 @@ trait Counted {
     fn failure(&self) -> Option<bool>;
 }
 
-impl Counted for RateLimitOutcome {
-    fn failure(&self) -> Option<bool> {
-        failure(self)
-    }
-}
-
-impl Counted for MultiOutcome {
+/// A single or multi-limit outcome: their failures are the same.
+impl<T> Counted for Outcome<T> {
     fn failure(&self) -> Option<bool> {
         match self {
-            MultiOutcome::Evaluated(_) => Some(false),
-            MultiOutcome::Indeterminate { .. } => Some(true),
-            MultiOutcome::Unavailable { category, .. } => unavailable_failure(*category),
-            MultiOutcome::Incompatible { .. } => None,
+            Outcome::Evaluated(_) => Some(false),
+            Outcome::Indeterminate { .. } => Some(true),
+            Outcome::Unavailable { category, .. } => unavailable_failure(*category),
+            Outcome::Incompatible { .. } => None,
         }
     }
 }

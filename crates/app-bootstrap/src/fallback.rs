@@ -17,7 +17,7 @@ use std::time::Duration;
 use adapter_local::LocalProvider;
 use shared_contract::{
     AcquireOutcome, AcquireRequest, Deadline, EdgeRateLimitPort, FailurePolicy, MultiOutcome,
-    MultiRequest, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
+    MultiRequest, Outcome, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
     ReleaseOutcome, ReleaseRequest, RequestError,
 };
 
@@ -39,12 +39,13 @@ impl LocalFallback {
     }
 }
 
-fn reason(outcome: &RateLimitOutcome) -> &'static str {
+/// The `reason` label of a fallback: what the global provider answered instead of a decision.
+fn reason<T>(outcome: &Outcome<T>) -> &'static str {
     match outcome {
-        RateLimitOutcome::Unavailable { category, .. } => category.as_str(),
-        RateLimitOutcome::Indeterminate { .. } => "indeterminate",
-        RateLimitOutcome::Incompatible { .. } => "incompatible",
-        RateLimitOutcome::Evaluated(_) => "evaluated",
+        Outcome::Unavailable { category, .. } => category.as_str(),
+        Outcome::Indeterminate { .. } => "indeterminate",
+        Outcome::Incompatible { .. } => "incompatible",
+        Outcome::Evaluated(_) => "evaluated",
     }
 }
 
@@ -90,12 +91,10 @@ impl EdgeRateLimitPort for LocalFallback {
             // policy applies to the whole evaluation, at the edge.
             return Ok(outcome);
         }
-        let reason = match &outcome {
-            MultiOutcome::Evaluated(_) => return Ok(outcome),
-            MultiOutcome::Unavailable { category, .. } => category.as_str(),
-            MultiOutcome::Indeterminate { .. } => "indeterminate",
-            MultiOutcome::Incompatible { .. } => "incompatible",
-        };
+        if matches!(outcome, MultiOutcome::Evaluated(_)) {
+            return Ok(outcome);
+        }
+        let reason = reason(&outcome);
         metrics::counter!("rate_limit_fallback_total", "reason" => reason).increment(1);
         tracing::debug!(
             limits = request.limits.len(),

@@ -39,26 +39,9 @@ pub fn failure_outcome<'a>(
 ) -> Option<(&'a RateLimitPolicy, RateLimitOutcome)> {
     let policy = *policies.get(deciding_policy(policies.iter().copied())?)?;
     // The provider names the limit where it failed; the answer names the deciding policy.
-    let policy_id = policy.id().clone();
-    let outcome = match failure {
-        MultiOutcome::Unavailable {
-            retry_after_ms,
-            category,
-            ..
-        } => RateLimitOutcome::Unavailable {
-            policy_id,
-            retry_after_ms,
-            category,
-        },
-        MultiOutcome::Indeterminate { retry_after_ms, .. } => RateLimitOutcome::Indeterminate {
-            policy_id,
-            retry_after_ms,
-        },
-        MultiOutcome::Incompatible { category, .. } => RateLimitOutcome::Incompatible {
-            policy_id,
-            category,
-        },
-        evaluated => evaluated.into_single(policy.id()),
+    let outcome = match failure.decided() {
+        Ok(evaluated) => MultiOutcome::Evaluated(evaluated).into_single(policy.id()),
+        Err(failure) => RateLimitOutcome::failed_at(failure, policy.id().clone()),
     };
     Some((policy, outcome))
 }

@@ -153,15 +153,19 @@ impl IncompatibleCategory {
     }
 }
 
-/// The honest result of an evaluation. Only `Evaluated` carries an allow or a deny; the
-/// other variants say what is known about the state, never an allow.
+/// The honest result of a rate evaluation: of one limit ([`RateLimitOutcome`], `T` =
+/// [`RateLimitDecision`]) or of several at once ([`MultiOutcome`](crate::MultiOutcome), `T` =
+/// [`MultiDecision`](crate::MultiDecision)). Only `Evaluated` carries an allow or a deny; the
+/// failures say what is known about the state, never an allow, and are the same for both,
+/// so a failure moves between them unchanged ([`Self::decided`]).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum RateLimitOutcome {
+pub enum Outcome<T> {
     /// The provider evaluated the request: an allow or a deny.
-    Evaluated(RateLimitDecision),
-    /// Known: nothing was mutated.
+    Evaluated(T),
+    /// Known: nothing was mutated (for any limit).
     Unavailable {
-        /// The policy that could not be evaluated.
+        /// The policy that could not be evaluated (of several: the limit the failure arose at,
+        /// the first one when it is not known).
         policy_id: PolicyId,
         /// Milliseconds after which trying again makes sense (for `Clock`: until the server clock
         /// is back at the state's last write).
@@ -169,24 +173,29 @@ pub enum RateLimitOutcome {
         /// Why nothing was tried.
         category: UnavailableCategory,
     },
-    /// Sent, result unknown: the request may or may not have consumed quota.
+    /// Sent, result unknown: the request may or may not have consumed quota (of several
+    /// limits: every limit or none).
     Indeterminate {
-        /// The policy whose evaluation may or may not have happened.
+        /// The policy whose evaluation may or may not have happened (as for `Unavailable`).
         policy_id: PolicyId,
         /// Milliseconds after which trying again makes sense.
         retry_after_ms: u64,
     },
-    /// State, program or reply mismatch.
+    /// State, program or reply mismatch. A refused state or program charged nothing; a reply
+    /// that could not be read came after the program ran, so what it charged is unknown.
     Incompatible {
-        /// The policy whose state, program or reply did not fit.
+        /// The policy whose state, program or reply did not fit (as for `Unavailable`).
         policy_id: PolicyId,
         /// What did not fit.
         category: IncompatibleCategory,
     },
 }
 
-impl RateLimitOutcome {
-    /// The [`Self::error_category`] of a [`RateLimitOutcome::Indeterminate`] outcome.
+/// The honest result of an evaluation of one limit.
+pub type RateLimitOutcome = Outcome<RateLimitDecision>;
+
+impl<T> Outcome<T> {
+    /// The [`Self::error_category`] of an [`Outcome::Indeterminate`] outcome.
     pub const INDETERMINATE_CATEGORY: &'static str = "indeterminate";
 
     /// Every name [`Self::error_category`] can return, each once: the unavailable
@@ -204,20 +213,10 @@ impl RateLimitOutcome {
             .chain(incompatible)
     }
 
-    /// The policy this outcome is for, whichever the variant.
-    pub fn policy_id(&self) -> &PolicyId {
-        match self {
-            RateLimitOutcome::Evaluated(d) => &d.policy_id,
-            RateLimitOutcome::Unavailable { policy_id, .. }
-            | RateLimitOutcome::Indeterminate { policy_id, .. }
-            | RateLimitOutcome::Incompatible { policy_id, .. } => policy_id,
-        }
-    }
-
     /// The decision, when there is one.
-    pub fn decision(&self) -> Option<&RateLimitDecision> {
+    pub fn decision(&self) -> Option<&T> {
         match self {
-            RateLimitOutcome::Evaluated(d) => Some(d),
+            Outcome::Evaluated(d) => Some(d),
             _ => None,
         }
     }
@@ -225,10 +224,10 @@ impl RateLimitOutcome {
     /// The outcome's name as reported on the wire and in metrics.
     pub fn name(&self) -> &'static str {
         match self {
-            RateLimitOutcome::Evaluated(_) => "evaluated",
-            RateLimitOutcome::Unavailable { .. } => "unavailable",
-            RateLimitOutcome::Indeterminate { .. } => "indeterminate",
-            RateLimitOutcome::Incompatible { .. } => "incompatible",
+            Outcome::Evaluated(_) => "evaluated",
+            Outcome::Unavailable { .. } => "unavailable",
+            Outcome::Indeterminate { .. } => "indeterminate",
+            Outcome::Incompatible { .. } => "incompatible",
         }
     }
 
@@ -236,10 +235,88 @@ impl RateLimitOutcome {
     /// unavailable or incompatible category, or `indeterminate`; `None` for a decision.
     pub fn error_category(&self) -> Option<&'static str> {
         match self {
-            RateLimitOutcome::Evaluated(_) => None,
-            RateLimitOutcome::Unavailable { category, .. } => Some(category.as_str()),
-            RateLimitOutcome::Indeterminate { .. } => Some(Self::INDETERMINATE_CATEGORY),
-            RateLimitOutcome::Incompatible { category, .. } => Some(category.as_str()),
+            Outcome::Evaluated(_) => None,
+            Outcome::Unavailable { category, .. } => Some(category.as_str()),
+            Outcome::Indeterminate { .. } => Some(Self::INDETERMINATE_CATEGORY),
+            Outcome::Incompatible { category, .. } => Some(category.as_str()),
+        }
+    }
+
+    /// The decision, or the failure as an outcome of another decision type (one limit's
+    /// failure as a multi-limit outcome, or the reverse), unchanged.
+    ///
+    /// # Errors
+    /// The failure, when this is not a decision.
+    pub fn decided<U>(self) -> Result<T, Outcome<U>> {
+        match self {
+            Outcome::Evaluated(d) => Ok(d),
+            Outcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            } => Err(Outcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            }),
+            Outcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            } => Err(Outcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            }),
+            Outcome::Incompatible {
+                policy_id,
+                category,
+            } => Err(Outcome::Incompatible {
+                policy_id,
+                category,
+            }),
+        }
+    }
+
+    /// The decision mapped by `f`; a failure unchanged.
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Outcome<U> {
+        self.decided()
+            .map_or_else(|failure| failure, |d| Outcome::Evaluated(f(d)))
+    }
+
+    /// The same outcome with a failure reported for `policy_id` (a decision is unchanged:
+    /// it names its own policy).
+    #[must_use]
+    pub fn failed_at(self, policy_id: PolicyId) -> Self {
+        match self {
+            Outcome::Unavailable {
+                retry_after_ms,
+                category,
+                ..
+            } => Outcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category,
+            },
+            Outcome::Indeterminate { retry_after_ms, .. } => Outcome::Indeterminate {
+                policy_id,
+                retry_after_ms,
+            },
+            Outcome::Incompatible { category, .. } => Outcome::Incompatible {
+                policy_id,
+                category,
+            },
+            evaluated @ Outcome::Evaluated(_) => evaluated,
+        }
+    }
+}
+
+impl RateLimitOutcome {
+    /// The policy this outcome is for, whichever the variant.
+    pub fn policy_id(&self) -> &PolicyId {
+        match self {
+            Outcome::Evaluated(d) => &d.policy_id,
+            Outcome::Unavailable { policy_id, .. }
+            | Outcome::Indeterminate { policy_id, .. }
+            | Outcome::Incompatible { policy_id, .. } => policy_id,
         }
     }
 }
@@ -305,5 +382,41 @@ mod tests {
         distinct.sort_unstable();
         distinct.dedup();
         assert_eq!(distinct.len(), names.len(), "{names:?}");
+    }
+
+    #[test]
+    fn a_failure_moves_between_outcome_types_unchanged_and_can_name_another_policy() {
+        let api = PolicyId::new("api").expect("valid id");
+        let other = PolicyId::new("other").expect("valid id");
+        let failure: RateLimitOutcome = Outcome::Unavailable {
+            policy_id: api.clone(),
+            retry_after_ms: 7,
+            category: UnavailableCategory::Server,
+        };
+        let moved: Outcome<()> = failure.clone().decided::<()>().expect_err("a failure");
+        assert_eq!(moved.error_category(), failure.error_category());
+        assert_eq!(
+            moved.failed_at(other.clone()),
+            Outcome::Unavailable {
+                policy_id: other.clone(),
+                retry_after_ms: 7,
+                category: UnavailableCategory::Server,
+            }
+        );
+        let indeterminate: Outcome<u8> = Outcome::Indeterminate {
+            policy_id: api,
+            retry_after_ms: 3,
+        };
+        assert_eq!(
+            indeterminate.failed_at(other.clone()).map(u16::from),
+            Outcome::Indeterminate {
+                policy_id: other.clone(),
+                retry_after_ms: 3,
+            }
+        );
+        // A decision names its own policy: `failed_at` leaves it, `map` maps it.
+        let decided: Outcome<u8> = Outcome::Evaluated(4);
+        assert_eq!(decided.clone().failed_at(other), decided);
+        assert_eq!(decided.map(|n| u16::from(n) * 2), Outcome::Evaluated(8));
     }
 }

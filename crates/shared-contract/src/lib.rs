@@ -29,7 +29,7 @@ pub use port::multi;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{
-    Certainty, IncompatibleCategory, RateLimitDecision, RateLimitOutcome, Source,
+    Certainty, IncompatibleCategory, Outcome, RateLimitDecision, RateLimitOutcome, Source,
     UnavailableCategory,
 };
 pub use gate::{

@@ -11,7 +11,7 @@
 
 use super::{EdgeRateLimitPort, RateLimitRequest, RequestError};
 use crate::decision::UnavailableCategory;
-use crate::decision::{IncompatibleCategory, RateLimitDecision, RateLimitOutcome};
+use crate::decision::{IncompatibleCategory, Outcome, RateLimitDecision, RateLimitOutcome};
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
 use crate::policy::RateLimitPolicy;
 
@@ -152,105 +152,17 @@ impl MultiDecision {
     }
 }
 
-/// The honest result of a multi-limit evaluation, as [`RateLimitOutcome`] is for one limit.
-/// The variants other than `Evaluated` concern the whole evaluation and name the limit they
+/// The honest result of a multi-limit evaluation, as [`RateLimitOutcome`] is for one limit
+/// (the same failures). The failures concern the whole evaluation and name the limit they
 /// arose at (the first one when it is not known).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum MultiOutcome {
-    /// Every limit was evaluated: an allow of all or a deny.
-    Evaluated(MultiDecision),
-    /// Known: nothing was mutated for any limit.
-    Unavailable {
-        /// The policy of the limit the failure arose at (the first limit's when not known).
-        policy_id: PolicyId,
-        /// Milliseconds after which trying again makes sense.
-        retry_after_ms: u64,
-        /// Why nothing was tried.
-        category: UnavailableCategory,
-    },
-    /// Sent, result unknown: every limit may or may not have been charged (all or none).
-    Indeterminate {
-        /// The policy of the limit the failure arose at (the first limit's when not known).
-        policy_id: PolicyId,
-        /// Milliseconds after which trying again makes sense.
-        retry_after_ms: u64,
-    },
-    /// State, program or reply mismatch. Never an allow. A refused state or program charged
-    /// nothing; a reply that could not be read came after the program ran, so what it
-    /// charged is unknown.
-    Incompatible {
-        /// The policy of the limit whose state, program or reply did not fit (the first
-        /// limit's when not known).
-        policy_id: PolicyId,
-        /// What did not fit.
-        category: IncompatibleCategory,
-    },
-}
+pub type MultiOutcome = Outcome<MultiDecision>;
 
 impl MultiOutcome {
-    /// The name as reported on the wire and in metrics (the single outcome's names).
-    pub fn name(&self) -> &'static str {
-        match self {
-            MultiOutcome::Evaluated(_) => "evaluated",
-            MultiOutcome::Unavailable { .. } => "unavailable",
-            MultiOutcome::Indeterminate { .. } => "indeterminate",
-            MultiOutcome::Incompatible { .. } => "incompatible",
-        }
-    }
-
-    /// As [`RateLimitOutcome::error_category`](crate::RateLimitOutcome::error_category).
-    pub fn error_category(&self) -> Option<&'static str> {
-        match self {
-            MultiOutcome::Evaluated(_) => None,
-            MultiOutcome::Unavailable { category, .. } => Some(category.as_str()),
-            MultiOutcome::Indeterminate { .. } => Some(RateLimitOutcome::INDETERMINATE_CATEGORY),
-            MultiOutcome::Incompatible { category, .. } => Some(category.as_str()),
-        }
-    }
-
-    /// The decision, when there is one.
-    pub fn decision(&self) -> Option<&MultiDecision> {
-        match self {
-            MultiOutcome::Evaluated(d) => Some(d),
-            _ => None,
-        }
-    }
-
-    /// The multi outcome of a single outcome that is not a decision; `None` for a decision.
-    pub fn from_failure(outcome: RateLimitOutcome) -> Option<Self> {
-        Some(match outcome {
-            RateLimitOutcome::Evaluated(_) => return None,
-            RateLimitOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            } => MultiOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            },
-            RateLimitOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            } => MultiOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            },
-            RateLimitOutcome::Incompatible {
-                policy_id,
-                category,
-            } => MultiOutcome::Incompatible {
-                policy_id,
-                category,
-            },
-        })
-    }
-
     /// The single outcome of a one-limit evaluation of `policy_id` (a replay is reported as
     /// the decision it replays).
     pub fn into_single(self, policy_id: &PolicyId) -> RateLimitOutcome {
-        match self {
-            MultiOutcome::Evaluated(mut d) => match d.decisions.drain(..).next() {
+        match self.decided() {
+            Ok(mut d) => match d.decisions.drain(..).next() {
                 Some(first) => RateLimitOutcome::Evaluated(first),
                 // A decision always has one entry per limit; a limit set is never empty.
                 None => RateLimitOutcome::Incompatible {
@@ -258,65 +170,18 @@ impl MultiOutcome {
                     category: IncompatibleCategory::Reply,
                 },
             },
-            MultiOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            } => RateLimitOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            },
-            MultiOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            } => RateLimitOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            },
-            MultiOutcome::Incompatible {
-                policy_id,
-                category,
-            } => RateLimitOutcome::Incompatible {
-                policy_id,
-                category,
-            },
+            Err(failure) => failure,
         }
     }
 
     /// The outcome of a one-limit evaluation whose single outcome is `outcome` (the inverse
     /// of [`Self::into_single`]): a decision becomes a one-member decision.
     pub fn from_single(outcome: RateLimitOutcome) -> Self {
-        match outcome {
-            RateLimitOutcome::Evaluated(d) => MultiOutcome::Evaluated(MultiDecision {
-                allowed: d.allowed,
-                decisions: vec![d],
-                replayed: false,
-            }),
-            RateLimitOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            } => MultiOutcome::Unavailable {
-                policy_id,
-                retry_after_ms,
-                category,
-            },
-            RateLimitOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            } => MultiOutcome::Indeterminate {
-                policy_id,
-                retry_after_ms,
-            },
-            RateLimitOutcome::Incompatible {
-                policy_id,
-                category,
-            } => MultiOutcome::Incompatible {
-                policy_id,
-                category,
-            },
-        }
+        outcome.map(|d| MultiDecision {
+            allowed: d.allowed,
+            decisions: vec![d],
+            replayed: false,
+        })
     }
 
     /// Joins per-limit outcomes into one: the first non-decision, else a decision allowed
@@ -328,13 +193,9 @@ impl MultiOutcome {
     pub fn combine(outcomes: impl IntoIterator<Item = RateLimitOutcome>) -> Self {
         let mut decisions = Vec::new();
         for outcome in outcomes {
-            match outcome {
-                RateLimitOutcome::Evaluated(d) => decisions.push(d),
-                other => {
-                    if let Some(failure) = Self::from_failure(other) {
-                        return failure;
-                    }
-                }
+            match outcome.decided() {
+                Ok(d) => decisions.push(d),
+                Err(failure) => return failure,
             }
         }
         MultiOutcome::Evaluated(MultiDecision {
