@@ -414,101 +414,52 @@ impl EdgeRateLimitPort for CircuitBreaker {
 
 #[cfg(test)]
 mod tests {
-    use std::sync::Mutex;
     use std::time::Duration;
 
+    use shared_contract::testing::ScriptedPort;
     use shared_contract::{
-        AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, ManualClock, PolicyId,
-        PolicyRevision, PolicySpec, RateLimitDecision, RateLimitPolicy, Source, SubjectDigest,
+        Certainty, Cost, Deadline, ManualClock, PolicyId, PolicyRevision, RateLimitDecision,
+        RateLimitPolicy, Source, SubjectDigest,
     };
 
     use super::*;
 
-    /// A port that answers from a script and counts what reached it.
-    #[derive(Debug)]
-    struct Scripted {
-        policies: PolicySet,
-        down: Mutex<bool>,
-        /// Whether an evaluation waits forever (a probe still in flight).
-        stalls: Mutex<bool>,
-        calls: AtomicU32,
-    }
-
     fn policy_set() -> PolicySet {
         let id = PolicyId::new("api").expect("valid id");
-        let p = RateLimitPolicy::new(PolicySpec {
-            id: id.clone(),
-            revision: PolicyRevision::new(1).expect("valid"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit: 10,
-                window: Duration::from_secs(1),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy");
-        let jobs = RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("jobs").expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid"),
-            algorithm: AlgorithmSpec::Concurrency {
-                limit: 2,
-                lease_ttl: Duration::from_secs(1),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy");
-        PolicySet::new([p, jobs], id).expect("valid set")
+        let api = RateLimitPolicy::fixed_window("api", 10)
+            .per(Duration::from_secs(1))
+            .build()
+            .expect("valid policy");
+        let jobs = RateLimitPolicy::concurrency("jobs", 2, Duration::from_secs(1))
+            .build()
+            .expect("valid policy");
+        PolicySet::new([api, jobs], id).expect("valid set")
     }
 
-    #[async_trait::async_trait]
-    impl EdgeRateLimitPort for Scripted {
-        async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            if *self.stalls.lock().expect("lock") {
-                std::future::pending::<()>().await;
-            }
-            if *self.down.lock().expect("lock") {
-                return Ok(RateLimitOutcome::Unavailable {
-                    policy_id: r.policy_id,
-                    retry_after_ms: 1000,
-                    category: UnavailableCategory::Connect,
-                });
-            }
-            Ok(RateLimitOutcome::Evaluated(RateLimitDecision {
-                allowed: true,
-                limit: 10,
-                remaining: 9,
-                retry_after_ms: 0,
-                reset_at_ms: 0,
-                policy_id: r.policy_id,
-                revision: PolicyRevision::new(1).expect("valid"),
-                source: Source::GlobalRedis,
-                certainty: Certainty::Certain,
-            }))
-        }
-        async fn evaluate_all(
-            &self,
-            r: shared_contract::MultiRequest,
-        ) -> Result<shared_contract::MultiOutcome, RequestError> {
-            shared_contract::multi::one_by_one(self, r).await
-        }
-        async fn acquire_lease(&self, r: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
-            self.calls.fetch_add(1, Ordering::SeqCst);
-            self.policies.admit_lease(&r.policy_id)?;
-            Ok(AcquireOutcome::Unavailable {
-                policy_id: r.policy_id,
-                retry_after_ms: 1000,
-                category: UnavailableCategory::Connect,
-            })
-        }
-        fn policies(&self) -> &PolicySet {
-            &self.policies
-        }
+    /// The provider down: `Unavailable(connect)`.
+    #[allow(clippy::unnecessary_wraps)] // the signature of a scripted answer
+    fn down(r: &RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+        Ok(RateLimitOutcome::Unavailable {
+            policy_id: r.policy_id.clone(),
+            retry_after_ms: 1000,
+            category: UnavailableCategory::Connect,
+        })
+    }
+
+    /// The provider up: an allow.
+    #[allow(clippy::unnecessary_wraps)] // the signature of a scripted answer
+    fn up(r: &RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
+        Ok(RateLimitOutcome::Evaluated(RateLimitDecision {
+            allowed: true,
+            limit: 10,
+            remaining: 9,
+            retry_after_ms: 0,
+            reset_at_ms: 0,
+            policy_id: r.policy_id.clone(),
+            revision: PolicyRevision::new(1).expect("valid"),
+            source: Source::GlobalRedis,
+            certainty: Certainty::Certain,
+        }))
     }
 
     fn request() -> RateLimitRequest {
@@ -522,13 +473,17 @@ mod tests {
     }
 
     /// A breaker around a port that is down, on a manual clock at 1,000,000 ms.
-    fn setup(threshold: u32, cool_down_ms: u64) -> (Arc<Scripted>, CircuitBreaker, ManualClock) {
-        let inner = Arc::new(Scripted {
-            policies: policy_set(),
-            down: Mutex::new(true),
-            stalls: Mutex::new(false),
-            calls: AtomicU32::new(0),
-        });
+    fn setup(
+        threshold: u32,
+        cool_down_ms: u64,
+    ) -> (Arc<ScriptedPort>, CircuitBreaker, ManualClock) {
+        let inner = Arc::new(ScriptedPort::new(policy_set(), down).with_leases(|r| {
+            AcquireOutcome::Unavailable {
+                policy_id: r.policy_id.clone(),
+                retry_after_ms: 1000,
+                category: UnavailableCategory::Connect,
+            }
+        }));
         let clock = ManualClock::new(1_000_000);
         let b = CircuitBreaker::with_clock(
             inner.clone(),
@@ -574,11 +529,7 @@ mod tests {
                 "{o:?}"
             );
         }
-        assert_eq!(
-            inner.calls.load(Ordering::SeqCst),
-            3,
-            "an open circuit sends nothing"
-        );
+        assert_eq!(inner.calls(), 3, "an open circuit sends nothing");
     }
 
     #[tokio::test]
@@ -587,9 +538,9 @@ mod tests {
         for _ in 0..2 {
             b.evaluate(request()).await.expect("valid request");
         }
-        *inner.down.lock().expect("lock") = false;
+        inner.script(up);
         b.evaluate(request()).await.expect("valid request");
-        *inner.down.lock().expect("lock") = true;
+        inner.script(down);
         for _ in 0..2 {
             b.evaluate(request()).await.expect("valid request");
         }
@@ -619,9 +570,9 @@ mod tests {
             }
         ));
         assert_eq!(b.state(), BreakerState::Open);
-        assert_eq!(inner.calls.load(Ordering::SeqCst), 2);
+        assert_eq!(inner.calls(), 2);
         clock.advance(30);
-        *inner.down.lock().expect("lock") = false;
+        inner.script(up);
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(o, RateLimitOutcome::Evaluated(_)));
         assert_eq!(b.state(), BreakerState::Closed);
@@ -659,10 +610,10 @@ mod tests {
         clock.set(1_000_000);
         let o = b.evaluate(request()).await.expect("valid request");
         assert_eq!(retry_after_ms(&o), 60_000);
-        assert_eq!(inner.calls.load(Ordering::SeqCst), 1);
+        assert_eq!(inner.calls(), 1);
         // Before the opening: the cool-down cannot be measured, so one probe goes through.
         clock.set(999_999);
-        *inner.down.lock().expect("lock") = false;
+        inner.script(up);
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(o, RateLimitOutcome::Evaluated(_)), "{o:?}");
         assert_eq!(b.state(), BreakerState::Closed);
@@ -674,7 +625,7 @@ mod tests {
         b.evaluate(request()).await.expect("valid request");
         clock.advance(30);
         // The probe is sent and its future dropped before the answer.
-        *inner.stalls.lock().expect("lock") = true;
+        inner.stall(true);
         {
             let mut probe = std::pin::pin!(b.evaluate(request()));
             let waker = std::task::Waker::noop();
@@ -685,8 +636,8 @@ mod tests {
             assert_eq!(b.state(), BreakerState::HalfOpen);
         }
         assert_eq!(b.state(), BreakerState::Open, "the guard reopened it");
-        *inner.stalls.lock().expect("lock") = false;
-        *inner.down.lock().expect("lock") = false;
+        inner.stall(false);
+        inner.script(up);
         let o = b.evaluate(request()).await.expect("valid request");
         assert!(matches!(o, RateLimitOutcome::Evaluated(_)), "{o:?}");
         assert_eq!(b.state(), BreakerState::Closed);
@@ -746,10 +697,6 @@ mod tests {
             b.acquire_lease(acquire("api")).await,
             Err(RequestError::NotConcurrencyPolicy { .. })
         ));
-        assert_eq!(
-            inner.calls.load(Ordering::SeqCst),
-            1,
-            "nothing sent while open"
-        );
+        assert_eq!(inner.calls(), 1, "nothing sent while open");
     }
 }

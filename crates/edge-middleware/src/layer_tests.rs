@@ -5,8 +5,8 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::StatusCode;
 use shared_contract::{
-    AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, IncompatibleCategory, PolicyRevision,
-    PolicySet, PolicySpec, RateLimitPolicy, RateLimitRequest, RequestError, UnavailableCategory,
+    AlgorithmSpec, FailurePolicy, IncompatibleCategory, PolicyRevision, PolicySet, PolicySpec,
+    RateLimitPolicy, UnavailableCategory,
 };
 use tower::ServiceExt as _;
 
@@ -14,6 +14,7 @@ use super::*;
 use crate::rule::{CostSource, HeaderCondition};
 use crate::subject::{SubjectHasher, SubjectSecret, SubjectSource};
 use shared_contract::PolicyId;
+use shared_contract::testing::ScriptedPort;
 
 /// A fixed-window policy of `limit` per `window_secs`.
 fn fixed_window(
@@ -22,42 +23,16 @@ fn fixed_window(
     window_secs: u64,
     failure_policy: FailurePolicy,
 ) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(name).expect("valid id"),
-        revision: PolicyRevision::new(1).expect("valid"),
-        algorithm: AlgorithmSpec::FixedWindow {
-            limit,
-            window: Duration::from_secs(window_secs),
-        },
-        max_cost: 1,
-        cleanup_grace: Duration::ZERO,
-        max_clock_regression: Duration::ZERO,
-        failure_policy,
-    })
-    .expect("valid policy")
+    RateLimitPolicy::fixed_window(name, limit)
+        .per(Duration::from_secs(window_secs))
+        .failure_policy(failure_policy)
+        .build()
+        .expect("valid policy")
 }
 
-/// A port that never decides.
-#[derive(Debug)]
-struct Failing {
-    policies: PolicySet,
-    outcome: fn(PolicyId) -> RateLimitOutcome,
-}
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Failing {
-    async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-        Ok((self.outcome)(r.policy_id))
-    }
-    async fn evaluate_all(
-        &self,
-        r: shared_contract::MultiRequest,
-    ) -> Result<shared_contract::MultiOutcome, RequestError> {
-        shared_contract::multi::one_by_one(self, r).await
-    }
-    fn policies(&self) -> &PolicySet {
-        &self.policies
-    }
+/// A port that never decides: every evaluation answers `outcome` for its policy.
+fn failing(policies: PolicySet, outcome: fn(PolicyId) -> RateLimitOutcome) -> ScriptedPort {
+    ScriptedPort::new(policies, move |r| Ok(outcome(r.policy_id.clone())))
 }
 
 fn service(
@@ -75,10 +50,10 @@ fn service_with(
 ) -> RateLimit<axum::routing::Router> {
     let id = PolicyId::new("api").expect("valid id");
     let policy = fixed_window("api", 5, 1, own);
-    let port = Arc::new(Failing {
-        policies: PolicySet::new([policy], id.clone()).expect("valid set"),
+    let port = Arc::new(failing(
+        PolicySet::new([policy], id.clone()).expect("valid set"),
         outcome,
-    });
+    ));
     let limiter = Arc::new(Limiter::new(
         port,
         SubjectHasher::new(&SubjectSecret::random()),
@@ -177,52 +152,14 @@ async fn paths_outside_every_rule_are_not_evaluated() {
     assert_eq!(r.status(), StatusCode::NOT_FOUND);
 }
 
-/// A port that allows everything, remaining 7, for any of two policies.
-#[derive(Debug)]
-struct Allowing {
-    policies: PolicySet,
-}
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Allowing {
-    async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-        let limit = self
-            .policies
-            .get(&r.policy_id)
-            .map_or(0, |p| p.algorithm().limit());
-        Ok(RateLimitOutcome::Evaluated(
-            shared_contract::RateLimitDecision {
-                allowed: true,
-                limit,
-                remaining: 7,
-                retry_after_ms: 0,
-                reset_at_ms: 0,
-                policy_id: r.policy_id,
-                revision: PolicyRevision::new(1).expect("valid"),
-                source: shared_contract::Source::Local,
-                certainty: shared_contract::Certainty::Certain,
-            },
-        ))
-    }
-    async fn evaluate_all(
-        &self,
-        r: shared_contract::MultiRequest,
-    ) -> Result<shared_contract::MultiOutcome, RequestError> {
-        shared_contract::multi::one_by_one(self, r).await
-    }
-    fn policies(&self) -> &PolicySet {
-        &self.policies
-    }
-}
-
 #[tokio::test]
 async fn every_matching_policy_gets_a_list_member() {
     let policy = |name: &str, limit: u64| fixed_window(name, limit, 60, FailurePolicy::FailClosed);
     let a = PolicyId::new("a").expect("valid id");
     let b = PolicyId::new("b").expect("valid id");
-    let port = Arc::new(Allowing {
-        policies: PolicySet::new([policy("a", 10), policy("b", 20)], a.clone()).expect("valid set"),
-    });
+    let policies =
+        PolicySet::new([policy("a", 10), policy("b", 20)], a.clone()).expect("valid set");
+    let port = Arc::new(ScriptedPort::allowing(policies, 7));
     let limiter = Limiter::new(
         port,
         SubjectHasher::new(&SubjectSecret::random()),
@@ -688,10 +625,10 @@ async fn a_shadow_route_is_charged_and_never_denies() {
 async fn a_shadow_policy_lets_requests_through_when_its_provider_cannot_decide() {
     let id = PolicyId::new("api").expect("valid id");
     let policy = fixed_window("api", 5, 1, FailurePolicy::FailClosed).with_shadow(true);
-    let port = Arc::new(Failing {
-        policies: PolicySet::new([policy], id.clone()).expect("valid set"),
-        outcome: unavailable,
-    });
+    let port = Arc::new(failing(
+        PolicySet::new([policy], id.clone()).expect("valid set"),
+        unavailable,
+    ));
     let limiter = Arc::new(Limiter::new(
         port,
         SubjectHasher::new(&SubjectSecret::random()),

@@ -24,6 +24,8 @@ pub mod lease;
 pub mod model;
 pub mod policy;
 pub mod port;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use port::multi;
 
