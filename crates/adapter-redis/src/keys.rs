@@ -207,27 +207,17 @@ mod tests {
     use std::collections::HashSet;
     use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, EvaluationId, FailurePolicy, PolicyId, PolicyRevision, PolicySpec,
-        RateLimitPolicy,
-    };
+    use shared_contract::{EvaluationId, RateLimitPolicy};
 
     use super::*;
 
     fn policy(id: &str, revision: u32) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new(id).expect("valid id"),
-            revision: PolicyRevision::new(revision).expect("valid revision"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit: 10,
-                window: Duration::from_secs(1),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::from_secs(1),
-            max_clock_regression: Duration::from_secs(1),
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::fixed_window(id, 10)
+            .revision(revision)
+            .cleanup_grace(Duration::from_secs(1))
+            .max_clock_regression(Duration::from_secs(1))
+            .build()
+            .expect("valid policy")
     }
 
     fn subject(n: u32) -> SubjectDigest {

@@ -357,24 +357,14 @@ impl Leasing<'_> {
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec};
-
     use super::*;
 
     fn params() -> ConcurrencyParams {
-        let p = RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("jobs").expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm: AlgorithmSpec::Concurrency {
-                limit: 3,
-                lease_ttl: Duration::from_secs(10),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy");
+        let p = RateLimitPolicy::concurrency("jobs", 3, Duration::from_secs(10))
+            .cleanup_grace(Duration::ZERO)
+            .max_clock_regression(Duration::ZERO)
+            .build()
+            .expect("valid policy");
         match p.algorithm() {
             shared_contract::Algorithm::Concurrency(c) => *c,
             _ => panic!("concurrency"),

@@ -149,9 +149,7 @@ pub fn arguments(policy: &RateLimitPolicy) -> Vec<u64> {
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-    };
+    use shared_contract::{AlgorithmSpec, RateLimitPolicy};
 
     use super::*;
 
@@ -315,16 +313,11 @@ mod tests {
     }
 
     fn policy(algorithm: AlgorithmSpec, max_cost: u64) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("api").expect("valid id"),
-            revision: PolicyRevision::new(7).expect("valid revision"),
-            algorithm,
-            max_cost,
-            cleanup_grace: Duration::from_secs(60),
-            max_clock_regression: Duration::from_secs(2),
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::with_algorithm("api", algorithm)
+            .revision(7)
+            .max_cost(max_cost)
+            .build()
+            .expect("valid policy")
     }
 
     #[test]

@@ -314,29 +314,18 @@ pub fn observed(
 
 #[cfg(test)]
 mod tests {
-    use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-    };
+    use shared_contract::RateLimitPolicy;
 
     use super::*;
 
     fn policy() -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("api").expect("valid id"),
-            revision: PolicyRevision::new(3).expect("valid revision"),
-            algorithm: AlgorithmSpec::TokenBucket {
-                capacity: 100,
-                refill_amount: 10,
-                refill_interval: Duration::from_secs(1),
-            },
-            max_cost: 10,
-            cleanup_grace: Duration::from_secs(60),
-            max_clock_regression: Duration::from_secs(2),
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::token_bucket("api", 100)
+            .refill(10)
+            .revision(3)
+            .max_cost(10)
+            .build()
+            .expect("valid policy")
     }
 
     fn bulk(s: &str) -> Value {

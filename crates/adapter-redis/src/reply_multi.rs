@@ -222,26 +222,16 @@ pub fn observed(
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-    };
+    use shared_contract::{PolicyId, RateLimitPolicy};
 
     use super::*;
 
     fn policy(id: &str, limit: u64) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new(id).expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit,
-                window: Duration::from_secs(1),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::from_secs(1),
-            max_clock_regression: Duration::from_secs(1),
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::fixed_window(id, limit)
+            .cleanup_grace(Duration::from_secs(1))
+            .max_clock_regression(Duration::from_secs(1))
+            .build()
+            .expect("valid policy")
     }
 
     const NOW: i64 = 1_764_672_000_123;

@@ -179,10 +179,7 @@ mod without_local {
 
     #[cfg(feature = "redis")]
     mod with_redis {
-        use shared_contract::{
-            AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec,
-            RateLimitPolicy,
-        };
+        use shared_contract::{FailurePolicy, PolicyId, PolicySet, RateLimitPolicy};
 
         use super::*;
         use crate::settings::RateLimitSettings;
@@ -218,19 +215,10 @@ mod without_local {
                 panic!("enabled");
             };
             let id = PolicyId::new("api").expect("id");
-            let policy = RateLimitPolicy::new(PolicySpec {
-                id: id.clone(),
-                revision: PolicyRevision::new(1).expect("revision"),
-                algorithm: AlgorithmSpec::FixedWindow {
-                    limit: 5,
-                    window: Duration::from_secs(1),
-                },
-                max_cost: 1,
-                cleanup_grace: Duration::ZERO,
-                max_clock_regression: Duration::ZERO,
-                failure_policy: FailurePolicy::FallbackLocal,
-            })
-            .expect("valid policy");
+            let policy = RateLimitPolicy::fixed_window("api", 5)
+                .failure_policy(FailurePolicy::FallbackLocal)
+                .build()
+                .expect("valid policy");
             e.policies = PolicySet::new([policy], id).expect("valid set");
             let err = crate::compose::build(&RateLimitSettings::Enabled(e))
                 .await

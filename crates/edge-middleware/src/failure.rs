@@ -50,26 +50,16 @@ pub fn failure_outcome<'a>(
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, PolicyId, PolicyRevision, PolicySpec, UnavailableCategory,
-    };
+    use shared_contract::UnavailableCategory;
 
     use super::*;
 
     fn policy(id: &str, failure_policy: FailurePolicy) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new(id).expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm: AlgorithmSpec::FixedWindow {
-                limit: 5,
-                window: Duration::from_secs(60),
-            },
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::fixed_window(id, 5)
+            .per(Duration::from_secs(60))
+            .failure_policy(failure_policy)
+            .build()
+            .expect("valid policy")
     }
 
     #[test]

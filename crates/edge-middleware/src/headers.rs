@@ -165,23 +165,14 @@ pub fn bytes_value(bytes: Vec<u8>) -> HeaderValue {
 mod tests {
     use std::time::Duration;
 
-    use shared_contract::{
-        AlgorithmSpec, Certainty, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, Source,
-    };
+    use shared_contract::{AlgorithmSpec, Certainty, PolicyId, PolicyRevision, Source};
 
     use super::*;
 
     fn policy(algorithm: AlgorithmSpec) -> RateLimitPolicy {
-        RateLimitPolicy::new(PolicySpec {
-            id: PolicyId::new("p").expect("valid id"),
-            revision: PolicyRevision::new(1).expect("valid revision"),
-            algorithm,
-            max_cost: 1,
-            cleanup_grace: Duration::ZERO,
-            max_clock_regression: Duration::ZERO,
-            failure_policy: FailurePolicy::FailClosed,
-        })
-        .expect("valid policy")
+        RateLimitPolicy::with_algorithm("p", algorithm)
+            .build()
+            .expect("valid policy")
     }
 
     fn allowed(limit: u64, remaining: u64, reset_at_ms: u64) -> RateLimitDecision {

@@ -5,8 +5,7 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::StatusCode;
 use shared_contract::{
-    AlgorithmSpec, FailurePolicy, IncompatibleCategory, PolicyRevision, PolicySet, PolicySpec,
-    RateLimitPolicy, UnavailableCategory,
+    FailurePolicy, IncompatibleCategory, PolicySet, RateLimitPolicy, UnavailableCategory,
 };
 use tower::ServiceExt as _;
 
@@ -309,19 +308,11 @@ async fn an_oversized_subject_is_400_and_charges_no_rule() {
 
 /// A fixed-window policy of `limit` per minute that takes costs up to `max_cost`.
 fn costly(name: &str, limit: u64, max_cost: u64) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(name).expect("valid id"),
-        revision: PolicyRevision::new(1).expect("valid"),
-        algorithm: AlgorithmSpec::FixedWindow {
-            limit,
-            window: Duration::from_secs(60),
-        },
-        max_cost,
-        cleanup_grace: Duration::ZERO,
-        max_clock_regression: Duration::ZERO,
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("valid policy")
+    RateLimitPolicy::fixed_window(name, limit)
+        .per(Duration::from_secs(60))
+        .max_cost(max_cost)
+        .build()
+        .expect("valid policy")
 }
 
 /// One request to `path` with `headers`.

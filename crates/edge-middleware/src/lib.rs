@@ -43,24 +43,13 @@
 //! use edge_middleware::{
 //!     Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource,
 //! };
-//! use shared_contract::{
-//!     AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec,
-//!     RateLimitPolicy, SystemClock,
-//! };
+//! use shared_contract::{FailurePolicy, PolicyId, PolicySet, RateLimitPolicy, SystemClock};
 //! use tower::ServiceExt as _;
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! let id = PolicyId::new("api")?;
-//! let policy = RateLimitPolicy::new(PolicySpec {
-//!     id: id.clone(),
-//!     revision: PolicyRevision::new(1)?,
-//!     algorithm: AlgorithmSpec::FixedWindow { limit: 2, window: Duration::from_secs(60) },
-//!     max_cost: 1,
-//!     cleanup_grace: Duration::ZERO,
-//!     max_clock_regression: Duration::ZERO,
-//!     failure_policy: FailurePolicy::FailClosed,
-//! })?;
+//! let policy = RateLimitPolicy::fixed_window("api", 2).per(Duration::from_secs(60)).build()?;
 //! let policies = PolicySet::new([policy], id.clone())?;
 //! let port = LocalProvider::new(policies, Arc::new(SystemClock), LocalSettings::default());
 //! let limiter = Limiter::new(

@@ -7,9 +7,9 @@ use std::time::Duration;
 use proptest::prelude::*;
 use shared_contract::model::{self, AlgorithmState, Verdict};
 use shared_contract::{
-    AlgorithmSpec, Certainty, Cost, Deadline, FailurePolicy, ManualClock, PolicyId, PolicyRevision,
-    PolicySet, PolicySpec, RateLimitDecision, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
-    RequestError, SubjectDigest, UnavailableCategory,
+    AlgorithmSpec, Certainty, Cost, Deadline, ManualClock, PolicyId, PolicySet, RateLimitDecision,
+    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, SubjectDigest,
+    UnavailableCategory,
 };
 
 use super::{LocalProvider, LocalSettings, Source};
@@ -22,16 +22,12 @@ pub(super) fn policy(
     algorithm: AlgorithmSpec,
     max_cost: u64,
 ) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(id).expect("valid id"),
-        revision: PolicyRevision::new(revision).expect("valid revision"),
-        algorithm,
-        max_cost,
-        cleanup_grace: Duration::from_secs(1),
-        max_clock_regression: Duration::from_secs(2),
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("valid policy")
+    RateLimitPolicy::with_algorithm(id, algorithm)
+        .revision(revision)
+        .max_cost(max_cost)
+        .cleanup_grace(Duration::from_secs(1))
+        .build()
+        .expect("valid policy")
 }
 
 pub(super) fn fixed(limit: u64, window_ms: u64) -> AlgorithmSpec {

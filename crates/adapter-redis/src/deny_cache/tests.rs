@@ -1,27 +1,19 @@
 use std::time::{Duration, Instant};
 
 use shared_contract::model::DenialBound;
-use shared_contract::{
-    AlgorithmSpec, Cost, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
-    Source, SubjectDigest,
-};
+use shared_contract::{Cost, RateLimitPolicy, Source, SubjectDigest};
 
 use super::{DenyCache, Recorded, SHARDS, margin_ms};
 
 fn policy(id: &str, revision: u32) -> RateLimitPolicy {
-    RateLimitPolicy::new(PolicySpec {
-        id: PolicyId::new(id).expect("id"),
-        revision: PolicyRevision::new(revision).expect("revision"),
-        algorithm: AlgorithmSpec::FixedWindow {
-            limit: 10,
-            window: Duration::from_secs(60),
-        },
-        max_cost: 10,
-        cleanup_grace: Duration::ZERO,
-        max_clock_regression: Duration::ZERO,
-        failure_policy: FailurePolicy::FailClosed,
-    })
-    .expect("valid")
+    RateLimitPolicy::fixed_window(id, 10)
+        .per(Duration::from_secs(60))
+        .revision(revision)
+        .max_cost(10)
+        .cleanup_grace(Duration::ZERO)
+        .max_clock_regression(Duration::ZERO)
+        .build()
+        .expect("valid")
 }
 
 fn subject(n: u64) -> SubjectDigest {

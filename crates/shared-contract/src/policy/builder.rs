@@ -110,6 +110,35 @@ impl RateLimitPolicy {
     pub fn concurrency(id: &str, limit: u64, lease_ttl: Duration) -> PolicyBuilder {
         PolicyBuilder::new(id, Shape::Concurrency { lease_ttl }, limit)
     }
+
+    /// `algorithm` with every parameter as given (for code that holds an [`AlgorithmSpec`],
+    /// such as a test over every algorithm); the other settings at their defaults.
+    pub fn with_algorithm(id: &str, algorithm: AlgorithmSpec) -> PolicyBuilder {
+        let (shape, limit, per) = match algorithm {
+            AlgorithmSpec::FixedWindow { limit, window } => (Shape::FixedWindow, limit, window),
+            AlgorithmSpec::SlidingWindow { limit, window } => (Shape::SlidingWindow, limit, window),
+            AlgorithmSpec::SlidingLog { limit, window } => (Shape::SlidingLog, limit, window),
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                refill_interval,
+                ..
+            } => (Shape::TokenBucket, capacity, refill_interval),
+            AlgorithmSpec::Gcra { limit, period, .. } => (Shape::Gcra, limit, period),
+            AlgorithmSpec::Concurrency { limit, lease_ttl } => (
+                Shape::Concurrency { lease_ttl },
+                limit,
+                Duration::from_secs(1),
+            ),
+        };
+        let mut builder = PolicyBuilder::new(id, shape, limit).per(per);
+        if let AlgorithmSpec::TokenBucket { refill_amount, .. } = algorithm {
+            builder = builder.refill(refill_amount);
+        }
+        if let AlgorithmSpec::Gcra { burst, .. } = algorithm {
+            builder = builder.burst(burst);
+        }
+        builder
+    }
 }
 
 impl PolicyBuilder {
@@ -369,5 +398,45 @@ mod tests {
             .expect_err("refused");
         let fields: Vec<_> = e.0.iter().map(|e| e.field).collect();
         assert!(fields.contains(&"capacity"), "{fields:?}");
+    }
+
+    #[test]
+    fn with_algorithm_builds_exactly_the_algorithm_given() {
+        let s = Duration::from_secs;
+        let every = [
+            AlgorithmSpec::FixedWindow {
+                limit: 3,
+                window: s(7),
+            },
+            AlgorithmSpec::SlidingWindow {
+                limit: 4,
+                window: s(8),
+            },
+            AlgorithmSpec::SlidingLog {
+                limit: 5,
+                window: s(9),
+            },
+            AlgorithmSpec::TokenBucket {
+                capacity: 6,
+                refill_amount: 2,
+                refill_interval: s(10),
+            },
+            AlgorithmSpec::Gcra {
+                limit: 7,
+                period: s(11),
+                burst: 3,
+            },
+            AlgorithmSpec::Concurrency {
+                limit: 8,
+                lease_ttl: s(12),
+            },
+        ];
+        for algorithm in every {
+            let built = RateLimitPolicy::with_algorithm("p", algorithm.clone())
+                .build()
+                .expect("valid policy");
+            let spelled = RateLimitPolicy::new(spec("p", algorithm)).expect("valid policy");
+            assert_eq!(built, spelled);
+        }
     }
 }
