@@ -45,7 +45,7 @@ use tokio::sync::{Mutex, MutexGuard};
 static HEAVY: Mutex<()> = Mutex::const_new(());
 
 /// Held by a heavy test (topologies killed under load, a partition timed against its bound, a
-/// crate or an image built) for as long as it runs: one such test at a time.
+/// crate, a release binary or an image built) for as long as it runs: one such test at a time.
 async fn heavy() -> MutexGuard<'static, ()> {
     HEAVY.lock().await
 }
