@@ -161,7 +161,7 @@ fn policy_with_id(
         .build()
         // The suite holds every decision to the model's, figure for figure, and some targets
         // inject the server's clock: a cached denial's retry is shorter by design and timed by
-        // the real clock. The cache has its own checks (tests/tests/redis_deny_cache.rs).
+        // the real clock. The cache has its own checks (tests/tests/it/redis_deny_cache.rs).
         .with_deny_cache(false)
 }
 

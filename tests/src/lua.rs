@@ -245,7 +245,7 @@ pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<String> {
             params = [p.limit(), p.window_ms(), 0];
             &params[..2]
         }
-        // The lease programs take their own arguments (see `tests/tests/lua_leases.rs`).
+        // The lease programs take their own arguments (see `tests/tests/it/lua_leases.rs`).
         Algorithm::Concurrency(p) => {
             params = [p.limit(), p.lease_ttl_ms(), 0];
             &params[..2]

@@ -56,9 +56,6 @@ enum Fault {
     LagThenKill,
 }
 
-/// One topology at a time.
-static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
-
 /// Freezes the replicas on `replicas` and cuts them off their master on `master` (writes made
 /// from now on reach no replica), then waits `LAG`.
 async fn lag(master: redis::Connection, pause: impl Fn()) {
@@ -201,7 +198,8 @@ async fn cluster_failover(
     min_replicas_ack: u32,
     fault_kind: Fault,
 ) -> (Summary, Summary) {
-    let _one = ONE_AT_A_TIME.lock().await;
+    // One topology at a time, and nothing else heavy beside it.
+    let _heavy = crate::heavy().await;
     let mut cluster = tokio::task::block_in_place(|| RedisCluster::start(3, replicas));
     let run = Run::start(RedisSettings::cluster(cluster.urls()), min_replicas_ack).await;
     let slots: Vec<u16> = run
@@ -289,7 +287,8 @@ async fn cluster_lagging_replica_with_replica_acks_over_admits_nothing() {
 /// Master, `replicas` replicas, three sentinels: the master is killed and Sentinel promotes a
 /// replica.
 async fn sentinel_failover(replicas: usize, min_replicas_ack: u32, fault_kind: Fault) -> Summary {
-    let _one = ONE_AT_A_TIME.lock().await;
+    // One topology at a time, and nothing else heavy beside it.
+    let _heavy = crate::heavy().await;
     let mut topology = tokio::task::block_in_place(|| {
         RedisSentinel::start_with(SentinelOptions::new().replicas(replicas))
     });

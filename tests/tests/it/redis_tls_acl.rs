@@ -300,7 +300,7 @@ async fn an_evicting_maxmemory_policy_is_refused_under_strict_and_only_warned_ot
 /// The rules of the documented least-privilege users, `docs/operations.md` "TLS and ACL":
 /// `[rate limits, rate limits and gates]`, each as the rules after `>PASSWORD`.
 fn documented_acl_rules() -> [Vec<String>; 2] {
-    let doc = include_str!("../../docs/operations.md");
+    let doc = include_str!("../../../docs/operations.md");
     let lines: Vec<Vec<String>> = doc
         .lines()
         .filter_map(|l| l.strip_prefix("user limiter on >PASSWORD "))
@@ -696,7 +696,7 @@ const LEASE_GRANTS: &[&str] = &[
 
 #[test]
 fn the_documented_lease_grants_are_the_ones_the_suite_grants() {
-    let doc = include_str!("../../docs/operations.md");
+    let doc = include_str!("../../../docs/operations.md");
     let sentence = doc
         .split("A concurrency policy (leases) adds `")
         .nth(1)

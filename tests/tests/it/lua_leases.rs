@@ -22,8 +22,8 @@ use shared_contract::{
     Algorithm, AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySpec, RateLimitPolicy,
 };
 
-const ACQUIRE: &str = include_str!("../../lua/lease-acquire-v1.lua");
-const RELEASE: &str = include_str!("../../lua/lease-release-v1.lua");
+const ACQUIRE: &str = include_str!("../../../lua/lease-acquire-v1.lua");
+const RELEASE: &str = include_str!("../../../lua/lease-release-v1.lua");
 const CASES: u32 = 96;
 /// Milliseconds the server may spend inside one `EXEC` between `PEXPIRE` and `PTTL`.
 const PTTL_TOLERANCE_MS: i64 = 25;

@@ -41,6 +41,8 @@ fn binary() -> &'static Path {
         if let Some(bin) = std::env::var_os("BIN") {
             return PathBuf::from(bin);
         }
+        // A release build takes both cores for minutes when stale: no heavy test beside it.
+        let _heavy = crate::heavy_blocking();
         let mut build = acceptance_tests::cargo::command();
         let out = build
             .args(["build", "--release", "--locked", "-p", "inbound-web"])

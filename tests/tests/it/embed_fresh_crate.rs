@@ -74,6 +74,8 @@ fn build(dir: &Path, root: &Path) -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread")]
 async fn a_fresh_crate_with_path_dependencies_runs_the_config_driven_example() {
+    // Its build takes both cores: no other heavy test beside it.
+    let _heavy = crate::heavy().await;
     let root = root();
     let dir = tempfile::tempdir().expect("a temp dir");
     let examples = root.join("crates/app-bootstrap/examples");

@@ -5,7 +5,7 @@
 //! - a slot migrated between masters while the provider runs: `ASK` during the migration
 //!   and `MOVED` after it are followed, and the count carries over with the key.
 //!
-//! Failover under load is in `failover.rs` (it kills masters, so it has clusters of its own).
+//! Failover under load is in `fault_failover.rs` (it kills masters, so it has clusters of its own).
 
 use std::sync::OnceLock;
 use std::time::Duration;

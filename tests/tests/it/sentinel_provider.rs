@@ -1,6 +1,6 @@
 //! The Redis provider on a real Sentinel topology (master, replica, three sentinels started by
 //! the harness): the conformance suite for every algorithm, with the master resolved through
-//! the sentinels. Failover under load is in `failover.rs`.
+//! the sentinels. Failover under load is in `fault_failover.rs`.
 
 use std::sync::OnceLock;
 

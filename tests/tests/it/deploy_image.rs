@@ -178,6 +178,8 @@ fn the_image_serves_limits_over_http_and_grpc_as_a_non_root_read_only_container(
     if !ready() {
         return;
     }
+    // It builds an image and times a shutdown: nothing else heavy beside it.
+    let _heavy = crate::heavy_blocking();
     let server = RedisServer::start();
     let tag = format!("rate-limit:test-{:x}", random_u64());
     let built = run({

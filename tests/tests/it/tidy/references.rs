@@ -205,7 +205,7 @@ fn docs_and_comments_reference_only_files_in_the_repo() {
 fn the_reference_check_flags_dangling_and_unopenable_references() {
     let root = root();
     let md = root.join("README.md");
-    let rs = root.join("tests").join("tests").join("tidy.rs");
+    let rs = root.join("tests/tests/it/tidy/references.rs");
     let flagged = |file: &Path, line: &str| dangling_references(&root, file, line).len();
     // Each of these lines holds exactly one problem.
     for line in [
