@@ -1,7 +1,7 @@
 //! Event-gate metrics on the real binary: submissions by answer, publications seen by the
 //! built-in observer with their lag, the incubating gauge and the subscriber gauge.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

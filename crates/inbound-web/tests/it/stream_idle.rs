@@ -2,7 +2,7 @@
 //! peer it heard nothing from (not even a pong) for 45 s with 1001; a peer that reads (and so
 //! answers the pings) stays. Takes about 50 s of wall time: the intervals are the product's.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

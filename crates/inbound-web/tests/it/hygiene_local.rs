@@ -3,7 +3,7 @@
 //! refused, the middleware bounds subjects as `/v1/evaluate` does, and every error the app
 //! answers is problem+json, with the exact limits beyond which hyper answers by itself.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

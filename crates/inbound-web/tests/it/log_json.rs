@@ -1,7 +1,7 @@
 //! `[log] format = "json"` on the real binary: every log line is one JSON object with the
 //! level, the target and the message; the default stays text.
 
-mod common;
+use crate::common;
 
 use common::App;
 

@@ -24,8 +24,12 @@ fn config(default_cases: u32) -> ProptestConfig {
     ProptestConfig::with_cases(cases.unwrap_or(default_cases))
 }
 
-/// Panics anywhere in this process (the server's tasks included) since it started.
+/// Panics on the server's threads since it started. Only those: the other tests of this
+/// binary share the process (and `should_panic` tests panic on purpose).
 static PANICS: AtomicUsize = AtomicUsize::new(0);
+
+/// The name of every thread of the server's runtime, by which the panic hook knows them.
+const SERVER_THREAD: &str = "fuzz-stomp-server";
 
 struct Server {
     runtime: tokio::runtime::Runtime,
@@ -37,11 +41,14 @@ fn server() -> &'static Server {
     SERVER.get_or_init(|| {
         let default_hook = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            PANICS.fetch_add(1, Ordering::SeqCst);
+            if std::thread::current().name() == Some(SERVER_THREAD) {
+                PANICS.fetch_add(1, Ordering::SeqCst);
+            }
             default_hook(info);
         }));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
+            .thread_name(SERVER_THREAD)
             .enable_all()
             .build()
             .expect("a runtime");

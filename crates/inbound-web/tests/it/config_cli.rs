@@ -2,7 +2,7 @@
 //! (exit 2, key path named) under `--check` and at start-up alike; `--check` refuses what
 //! start-up refuses and renders every key, secrets as `<redacted>` with their source.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};

@@ -2,7 +2,7 @@
 //! status codes of `/v1/evaluate`, the middleware's draft-11 headers (parsed as RFC 8941
 //! Lists), problem+json, disabled mode, `--check`, exit codes, graceful shutdown.
 
-mod common;
+use crate::common;
 
 use common::{App, evaluate, keys, parse_sf_list};
 

@@ -2,7 +2,7 @@
 //! the next upgrade is refused with 503 problem+json before any socket exists, and a place
 //! freed by a closed subscriber is usable again.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

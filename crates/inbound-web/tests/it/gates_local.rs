@@ -3,7 +3,7 @@
 //! codes of every gate route, a WebSocket subscriber that rebuilds the gate from snapshot
 //! plus deltas with `Replica`, and the STOMP 1.2 subprotocol of the stream.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -9,7 +9,7 @@
 //! the stall); the deterministic reproduction, a port whose snapshot is read above updates
 //! nobody pulled, is in the acceptance tests' `gate_stream.rs`.
 
-mod common;
+use crate::common;
 
 use std::collections::HashSet;
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! and Redis), and `/readyz` covering the gates (an ACL user without the gate commands, a
 //! gate whose stored state has another duration than configured, which is also logged).
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 
@@ -103,7 +103,7 @@ async fn an_id_reused_with_another_key_is_409_problem_json_on_the_redis_provider
 
 /// The rules of the documented least-privilege user for rate limits only.
 fn rate_limit_only_rules() -> Vec<String> {
-    let doc = include_str!("../../../docs/operations.md");
+    let doc = include_str!("../../../../docs/operations.md");
     doc.lines()
         .find_map(|l| l.strip_prefix("user limiter on >PASSWORD "))
         .expect("operations.md documents the rate-limit user")

@@ -4,7 +4,7 @@
 //! the failure policy and recovered from within 2 s, and a `deny_cache` policy answers a
 //! repeated denial locally.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

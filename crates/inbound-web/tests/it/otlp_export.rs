@@ -6,7 +6,7 @@
 //! with a `traceparent`). The exported spans must name what happened, keep the callers' trace
 //! ids, set `service.name`, and hold no raw subject anywhere in their bytes.
 
-mod common;
+use crate::common;
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};

@@ -6,7 +6,7 @@
 //! Skipped, saying so, without `promtool` (Debian: `prometheus`), unless
 //! `PROMTOOL_REQUIRED=1` (CI sets it, and installs it).
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::path::PathBuf;

@@ -3,7 +3,7 @@
 //! change its settings; policies reload over the same connections; a password changed in the
 //! URL is refused by key path (the connections keep theirs) and never shown.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -2,7 +2,7 @@
 //! its own `redis-server`): two instances share one gate, so a conflict is detected across
 //! them, and a subscriber of one instance sees the events submitted on the other.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

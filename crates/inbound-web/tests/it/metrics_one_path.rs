@@ -3,7 +3,7 @@
 //! (in a denied evaluation every policy counts `denied`, although one of them would have
 //! admitted).
 
-mod common;
+use crate::common;
 
 use common::{App, metrics, sample};
 use envoy_types::pb::envoy::extensions::common::ratelimit::v3::RateLimitDescriptor;

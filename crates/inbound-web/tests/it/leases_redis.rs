@@ -3,7 +3,7 @@
 //! within `lease_ttl` of the crash (plus a small margin), and not before the leases expire;
 //! and a route's lease is back on Redis by the time its client has the whole response.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

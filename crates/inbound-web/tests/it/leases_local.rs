@@ -3,7 +3,7 @@
 //! requests never run out of places), a lease released late answers 410, and the lease
 //! metrics count every answer.
 
-mod common;
+use crate::common;
 
 use common::{App, sample};
 

@@ -5,7 +5,7 @@
 //! reload, an unchanged policy keeps its state, and a request in flight finishes on the
 //! configuration it started with while its connection is kept.
 
-mod common;
+use crate::common;
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpStream;

@@ -4,7 +4,7 @@
 //! bound (408), and `max_connections`. Everything on 127.0.0.1, bounded in count and
 //! time.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

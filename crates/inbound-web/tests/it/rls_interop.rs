@@ -4,7 +4,7 @@
 //! Skipped, saying so, when python3 or those modules are missing, unless
 //! `RLS_PYTHON_REQUIRED` is set (CI sets it, and installs them): then a missing module fails.
 
-mod common;
+use crate::common;
 
 use std::path::PathBuf;
 use std::process::Command;

@@ -3,7 +3,7 @@
 //! form, not through the middleware), its decisions say `"shadow":true` and `would_deny`, and
 //! `/metrics` counts what it would have denied as `outcome="shadow_denied"`.
 
-mod common;
+use crate::common;
 
 use common::{App, sample};
 
