@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::small_policy_named;
 use proptest::prelude::*;

@@ -6,7 +6,7 @@
 //! States are reached by running the model (so they are states a provider can hold), from
 //! small policies that reach their limits and from the whole accepted parameter space.
 
-mod common;
+use crate::common;
 
 use common::{RawStep, policy, raw_steps, small_policy, start_time, step};
 use proptest::prelude::*;

@@ -5,7 +5,7 @@
 //! and sequences mix small steps, steps of the order of the policy's horizon, and backward
 //! steps around `max_clock_regression`.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -1,6 +1,5 @@
 //! Generators shared by the model property tests: policies from the whole accepted parameter
 //! space or small enough to reach their limits, time steps and start times.
-#![allow(dead_code)] // each test binary uses its own part
 
 use std::time::Duration;
 
