@@ -1,5 +1,5 @@
 //! A deny-cache hit and a miss allocate nothing: counted per thread by `allocation-counter`'s
-//! global allocator (its own test binary).
+//! global allocator (so the other tests of this binary, on other threads, count nowhere here).
 
 use std::time::{Duration, Instant};
 
