@@ -238,7 +238,9 @@ fn check(f: &Figures) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)] // held for the whole test, taken by no task
 async fn publication_lag_and_memory_with_1000_incubating_events() {
+    let _alone = crate::measuring();
     let f = run(1000, 2000, 32).await;
     report(&f);
     assert_eq!(
@@ -249,7 +251,9 @@ async fn publication_lag_and_memory_with_1000_incubating_events() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[allow(clippy::await_holding_lock)] // held for the whole test, taken by no task
 async fn publication_lag_and_memory_with_100000_incubating_events_when_gate_bench_is_set() {
+    let _alone = crate::measuring();
     if std::env::var("GATE_BENCH").map_or(true, |v| v != "1") {
         println!(
             "GATE_BENCH is not 1: the 100 000-event run is skipped (the 1 000 run always runs)"

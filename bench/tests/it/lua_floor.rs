@@ -11,6 +11,7 @@ use acceptance_tests::process::free_ports;
 
 #[test]
 fn the_floor_benchmark_measures_every_program_and_its_floor() {
+    let _alone = crate::measuring();
     let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("lua-programs/floor.sh");
     let out = Command::new("bash")
         .arg(&script)

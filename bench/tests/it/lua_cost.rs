@@ -20,8 +20,8 @@
 //! of the single programs, on `RL_MEASURE_MULTI_KEYS` (default 100,000) decisions' keys,
 //! allowing and denying, by the same two figures summed over the three single calls.
 //!
-//! Run: `RL_MEASURE=1 cargo test -p bench --test lua_cost -- --nocapture` (one of them:
-//! append its test name, e.g. `multi_program`)
+//! Run: `RL_MEASURE=1 cargo test -p bench --test it lua_cost:: -- --nocapture` (one of them:
+//! append its test name, e.g. `lua_cost::multi_program`)
 
 use std::io::{Read, Write};
 use std::process::{Command, Stdio};
@@ -255,6 +255,7 @@ fn round(
 
 #[test]
 fn lua_program_server_cost_and_memory() {
+    let _alone = crate::measuring();
     if std::env::var("RL_MEASURE").as_deref() != Ok("1") {
         eprintln!("lua_cost: set RL_MEASURE=1 to measure");
         return;
@@ -372,6 +373,7 @@ fn lua_program_server_cost_and_memory() {
 /// calls.
 #[test]
 fn multi_program_server_cost_against_single_calls() {
+    let _alone = crate::measuring();
     if std::env::var("RL_MEASURE").as_deref() != Ok("1") {
         eprintln!("lua_cost: set RL_MEASURE=1 to measure");
         return;
