@@ -24,7 +24,6 @@ use tokio::sync::oneshot;
 use tonic::transport::Channel;
 
 /// The `[grpc]` listener limits, end to end over raw TCP and the client.
-#[path = "rls/listener.rs"]
 mod listener;
 
 type Client = RateLimitServiceClient<Channel>;
