@@ -4,7 +4,7 @@
 //! The document is written by hand, next to the prose of `docs/http-api.md`, rather than
 //! derived from the handlers: the handlers write their bodies by hand too (the decision body
 //! byte by byte), so a derive would describe types the wire never sees. What keeps it true is
-//! the test `tests/openapi`: every `.route(...)` of this crate's sources is a path of the
+//! the test `tests/it/openapi`: every `.route(...)` of this crate's sources is a path of the
 //! document and the reverse, each documented operation answers on the real router, and real
 //! requests (allowed, denied, bad input, unknown gate, failures, ...) answer a documented
 //! status with a body that validates against the documented schema.

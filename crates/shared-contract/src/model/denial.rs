@@ -15,7 +15,7 @@
 //! - a server time before `T` computes with a time no earlier than the state's last write
 //!   (clamped or refused as `CLOCK_UNSAFE`), where no more is available than at `T`.
 //!
-//! `tests/denial_properties.rs` checks this for every rate algorithm over any reachable state,
+//! `tests/it/denial_properties.rs` checks this for every rate algorithm over any reachable state,
 //! any interleaving of other consumers and any server time before `T + R`. Concurrency
 //! policies are not cached: a release frees a slot at any time, so a denial bounds nothing.
 //!
