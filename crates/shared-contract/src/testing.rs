@@ -23,7 +23,6 @@ use crate::decision::{
     Certainty, Outcome, RateLimitDecision, RateLimitOutcome, Source, UnavailableCategory,
 };
 use crate::lease::{AcquireOutcome, AcquireRequest};
-pub use crate::port::multi::one_by_one;
 use crate::port::multi::{MultiOutcome, MultiRequest};
 use crate::port::{EdgeRateLimitPort, PolicySet, RateLimitRequest, Readiness, RequestError};
 
@@ -211,4 +210,27 @@ impl EdgeRateLimitPort for ScriptedPort {
     async fn readiness(&self) -> Readiness {
         self.readiness.clone()
     }
+}
+
+/// Evaluates each limit alone through [`EdgeRateLimitPort::evaluate`] and joins the outcomes
+/// with [`MultiOutcome::combine`]. **Not atomic**: for test doubles that charge nothing.
+///
+/// # Errors
+/// The first [`RequestError`] of a member.
+pub async fn one_by_one<P: EdgeRateLimitPort + ?Sized>(
+    port: &P,
+    request: MultiRequest,
+) -> Result<MultiOutcome, RequestError> {
+    let mut outcomes = Vec::with_capacity(request.limits.len());
+    for l in request.limits.iter() {
+        let one = RateLimitRequest {
+            policy_id: l.policy_id.clone(),
+            subject: l.subject,
+            cost: l.cost,
+            evaluation_id: None,
+            deadline: request.deadline,
+        };
+        outcomes.push(port.evaluate(one).await?);
+    }
+    Ok(MultiOutcome::combine(outcomes))
 }

@@ -11,6 +11,7 @@ use axum::http::{Request, Response, StatusCode};
 use edge_middleware::{
     ConcurrencyLayer, Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource,
 };
+use shared_contract::testing::ScriptedPort;
 use shared_contract::{
     AlgorithmSpec, FailurePolicy, ManualClock, PolicyId, PolicyRevision, PolicySet, PolicySpec,
     RateLimitPolicy,
@@ -224,42 +225,6 @@ async fn a_rate_limit_denial_inside_holds_no_lease() {
     assert_eq!(held(&f, "u-3"), 0, "its lease was released with the denial");
 }
 
-/// A provider that answers every acquire `Unavailable(connect)`.
-#[derive(Debug)]
-struct Down(PolicySet);
-
-#[async_trait::async_trait]
-impl shared_contract::EdgeRateLimitPort for Down {
-    async fn evaluate(
-        &self,
-        _: shared_contract::RateLimitRequest,
-    ) -> Result<shared_contract::RateLimitOutcome, shared_contract::RequestError> {
-        Err(shared_contract::RequestError::LeasesUnsupported)
-    }
-
-    async fn evaluate_all(
-        &self,
-        _: shared_contract::MultiRequest,
-    ) -> Result<shared_contract::MultiOutcome, shared_contract::RequestError> {
-        Err(shared_contract::RequestError::LeasesUnsupported)
-    }
-
-    async fn acquire_lease(
-        &self,
-        r: shared_contract::AcquireRequest,
-    ) -> Result<shared_contract::AcquireOutcome, shared_contract::RequestError> {
-        Ok(shared_contract::AcquireOutcome::Unavailable {
-            policy_id: r.policy_id,
-            retry_after_ms: 2_500,
-            category: shared_contract::UnavailableCategory::Connect,
-        })
-    }
-
-    fn policies(&self) -> &PolicySet {
-        &self.0
-    }
-}
-
 #[tokio::test]
 async fn a_provider_failure_follows_the_policys_failure_policy() {
     let with = |failure_policy| {
@@ -281,7 +246,17 @@ async fn a_provider_failure_follows_the_policys_failure_policy() {
         .expect("valid policy");
         let set = PolicySet::new([jobs], PolicyId::new("jobs").expect("id")).expect("set");
         let limiter = Arc::new(Limiter::new(
-            Arc::new(Down(set)),
+            Arc::new(
+                // Every acquire `Unavailable(connect)`; a rate evaluation is not expected.
+                ScriptedPort::new(set, |_| {
+                    Err(shared_contract::RequestError::LeasesUnsupported)
+                })
+                .with_leases(|r| shared_contract::AcquireOutcome::Unavailable {
+                    policy_id: r.policy_id.clone(),
+                    retry_after_ms: 2_500,
+                    category: shared_contract::UnavailableCategory::Connect,
+                }),
+            ),
             SubjectHasher::new(&SubjectSecret::random()),
             FailurePolicy::FailClosed,
             Duration::from_secs(1),

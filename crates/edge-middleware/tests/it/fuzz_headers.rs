@@ -8,8 +8,7 @@
 //!
 //! Each property runs a bounded number of cases in `cargo test`; `FUZZ_CASES=N` runs `N`.
 
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use axum::body::Body;
@@ -17,10 +16,11 @@ use axum::http::{Request, StatusCode};
 use edge_middleware::headers;
 use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource};
 use proptest::prelude::*;
+use shared_contract::testing::ScriptedPort;
 use shared_contract::{
-    AlgorithmSpec, Certainty, EdgeRateLimitPort, FailurePolicy, IncompatibleCategory, ManualClock,
-    PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitDecision, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
+    AlgorithmSpec, Certainty, FailurePolicy, IncompatibleCategory, ManualClock, PolicyId,
+    PolicyRevision, PolicySet, PolicySpec, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
+    Source, UnavailableCategory,
 };
 use tower::{Layer as _, ServiceExt as _};
 
@@ -29,33 +29,6 @@ fn config(default_cases: u32) -> ProptestConfig {
         .ok()
         .and_then(|v| v.parse().ok());
     ProptestConfig::with_cases(cases.unwrap_or(default_cases))
-}
-
-/// A port that answers the outcomes it was given, in order (then the last one again).
-#[derive(Debug)]
-struct Scripted {
-    policies: PolicySet,
-    outcomes: Mutex<VecDeque<RateLimitOutcome>>,
-}
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Scripted {
-    async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-        let mut q = self.outcomes.lock().unwrap_or_else(|p| p.into_inner());
-        match q.pop_front() {
-            Some(o) => Ok(o),
-            None => Err(RequestError::UnknownPolicy(r.policy_id)),
-        }
-    }
-    async fn evaluate_all(
-        &self,
-        r: shared_contract::MultiRequest,
-    ) -> Result<shared_contract::MultiOutcome, RequestError> {
-        shared_contract::multi::one_by_one(self, r).await
-    }
-    fn policies(&self) -> &PolicySet {
-        &self.policies
-    }
 }
 
 fn ms() -> impl Strategy<Value = u64> {
@@ -189,10 +162,7 @@ fn run(
     fail_open: bool,
 ) -> Result<(), TestCaseError> {
     let set = PolicySet::new(policies.iter().cloned(), policies[0].id().clone()).expect("a set");
-    let port = Scripted {
-        policies: set,
-        outcomes: Mutex::new(outcomes.clone().into()),
-    };
+    let port = ScriptedPort::in_order(set, outcomes.clone());
     let failure = if fail_open {
         FailurePolicy::FailOpen
     } else {

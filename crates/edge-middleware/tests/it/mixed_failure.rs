@@ -8,10 +8,10 @@ use std::time::Duration;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use edge_middleware::{Limiter, RateLimitLayer, Rule, SubjectHasher, SubjectSecret, SubjectSource};
+use shared_contract::testing::ScriptedPort;
 use shared_contract::{
-    AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId,
-    PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy, RateLimitRequest,
-    RequestError, UnavailableCategory,
+    AlgorithmSpec, FailurePolicy, PolicyId, PolicyRevision, PolicySet, PolicySpec, RateLimitPolicy,
+    UnavailableCategory,
 };
 use tower::{Layer as _, ServiceExt as _};
 
@@ -31,29 +31,6 @@ fn policy(id: &str, failure_policy: FailurePolicy) -> RateLimitPolicy {
     .expect("valid policy")
 }
 
-/// A port that is never reachable; a multi-limit evaluation fails at its first limit.
-#[derive(Debug)]
-struct Down(PolicySet);
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Down {
-    async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-        Ok(RateLimitOutcome::Unavailable {
-            policy_id: r.policy_id,
-            retry_after_ms: 1500,
-            category: UnavailableCategory::Connect,
-        })
-    }
-
-    async fn evaluate_all(&self, r: MultiRequest) -> Result<MultiOutcome, RequestError> {
-        shared_contract::multi::one_by_one(self, r).await
-    }
-
-    fn policies(&self) -> &PolicySet {
-        &self.0
-    }
-}
-
 #[tokio::test]
 async fn a_mixed_failure_is_answered_for_the_first_fail_closed_policy() {
     // `open` fails open and comes first; `fw` fails closed: the strictest decides, and the
@@ -69,7 +46,12 @@ async fn a_mixed_failure_is_answered_for_the_first_fail_closed_policy() {
     )
     .expect("valid set");
     let limiter = Arc::new(Limiter::new(
-        Arc::new(Down(policies)),
+        // Never reachable; a multi-limit evaluation fails at its first limit.
+        Arc::new(ScriptedPort::unavailable(
+            policies,
+            UnavailableCategory::Connect,
+            1500,
+        )),
         SubjectHasher::new(&SubjectSecret::random()),
         FailurePolicy::FailClosed,
         Duration::from_secs(1),

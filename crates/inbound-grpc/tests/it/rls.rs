@@ -15,10 +15,10 @@ use envoy_types::pb::envoy::service::ratelimit::v3::rate_limit_service_client::R
 use envoy_types::pb::envoy::service::ratelimit::v3::{RateLimitRequest, RateLimitResponse};
 use inbound_grpc::{Limits, RlsService, UnknownDescriptor};
 use metrics_exporter_prometheus::PrometheusBuilder;
+use shared_contract::testing::ScriptedPort;
 use shared_contract::{
-    AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicyId,
-    PolicyRevision, PolicySet, PolicySpec, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest as PortRequest, RequestError, SystemClock,
+    AlgorithmSpec, EdgeRateLimitPort, FailurePolicy, PolicyId, PolicyRevision, PolicySet,
+    PolicySpec, RateLimitPolicy, SystemClock,
 };
 use tokio::sync::oneshot;
 use tonic::transport::Channel;
@@ -433,37 +433,16 @@ async fn a_request_that_is_not_utf_8_is_invalid_argument() {
 }
 
 /// A port that can never decide: every call's result is unknown (one descriptor is a single
-/// evaluation, several one multi-limit evaluation; both answer alike).
-#[derive(Debug)]
-struct Down(PolicySet);
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Down {
-    async fn evaluate(&self, r: PortRequest) -> Result<RateLimitOutcome, RequestError> {
-        Ok(RateLimitOutcome::Indeterminate {
-            policy_id: r.policy_id,
-            retry_after_ms: 1000,
-        })
-    }
-
-    async fn evaluate_all(&self, r: MultiRequest) -> Result<MultiOutcome, RequestError> {
-        let first = r.limits.iter().next().map(|l| l.policy_id.clone());
-        Ok(MultiOutcome::Indeterminate {
-            policy_id: first.unwrap_or_else(|| self.0.default_id().clone()),
-            retry_after_ms: 1000,
-        })
-    }
-
-    fn policies(&self) -> &PolicySet {
-        &self.0
-    }
+/// evaluation, several one multi-limit evaluation failing at its first limit; both answer alike).
+fn down(policies: PolicySet) -> ScriptedPort {
+    ScriptedPort::indeterminate(policies, 1000)
 }
 
 #[tokio::test]
 async fn provider_failures_follow_the_policies_failure_policy() {
     let one = || request(vec![descriptor(&[("user", "u")])], 1);
     let closed = start(
-        Arc::new(Down(policies(FailurePolicy::FailClosed))),
+        Arc::new(down(policies(FailurePolicy::FailClosed))),
         UnknownDescriptor::Allow,
     )
     .await;
@@ -473,7 +452,7 @@ async fn provider_failures_follow_the_policies_failure_policy() {
     assert_eq!(e.code(), tonic::Code::Unknown, "indeterminate: {e:?}");
 
     let open = start(
-        Arc::new(Down(policies(FailurePolicy::FailOpen))),
+        Arc::new(down(policies(FailurePolicy::FailOpen))),
         UnknownDescriptor::Allow,
     )
     .await;
@@ -498,7 +477,7 @@ async fn a_mixed_failure_names_the_first_fail_closed_policy_as_http_does() {
         PolicyId::new("ip").expect("valid id"),
     )
     .expect("valid policy set");
-    let server = start(Arc::new(Down(policies)), UnknownDescriptor::Allow).await;
+    let server = start(Arc::new(down(policies)), UnknownDescriptor::Allow).await;
     let mixed = request(
         vec![descriptor(&[("user", "u")]), descriptor(&[("tenant", "t")])],
         1,

@@ -1,6 +1,6 @@
 //! The port every provider implements, and the requests it takes: one policy's here, several
 //! limits decided as one in [`multi`] (a child, because the port's `evaluate_all` takes its
-//! request and `multi`'s `one_by_one` answers it through the port).
+//! request).
 
 use std::collections::BTreeMap;
 

@@ -9,7 +9,7 @@
 //! The reference semantics is [`crate::model::multi::evaluate_all`], a pure function over the
 //! single-policy models.
 
-use super::{EdgeRateLimitPort, RateLimitRequest, RequestError};
+use super::{RateLimitRequest, RequestError};
 use crate::decision::UnavailableCategory;
 use crate::decision::{IncompatibleCategory, Outcome, RateLimitDecision, RateLimitOutcome};
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
@@ -213,29 +213,6 @@ impl MultiOutcome {
             category,
         }
     }
-}
-
-/// Evaluates each limit alone through [`EdgeRateLimitPort::evaluate`] and joins the outcomes
-/// with [`MultiOutcome::combine`]. **Not atomic**: for test doubles that charge nothing.
-///
-/// # Errors
-/// The first [`RequestError`] of a member.
-pub async fn one_by_one<P: EdgeRateLimitPort + ?Sized>(
-    port: &P,
-    request: MultiRequest,
-) -> Result<MultiOutcome, RequestError> {
-    let mut outcomes = Vec::with_capacity(request.limits.len());
-    for l in request.limits.iter() {
-        let one = RateLimitRequest {
-            policy_id: l.policy_id.clone(),
-            subject: l.subject,
-            cost: l.cost,
-            evaluation_id: None,
-            deadline: request.deadline,
-        };
-        outcomes.push(port.evaluate(one).await?);
-    }
-    Ok(MultiOutcome::combine(outcomes))
 }
 
 #[cfg(test)]

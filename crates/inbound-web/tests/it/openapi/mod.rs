@@ -16,10 +16,8 @@ use futures::StreamExt as _;
 use inbound_web::gates::GateApi;
 use inbound_web::state::ApiState;
 use serde_json::Value;
-use shared_contract::{
-    EdgeRateLimitPort, FailurePolicy, MultiOutcome, MultiRequest, PolicySet, RateLimitOutcome,
-    RateLimitRequest, Readiness, RequestError, UnavailableCategory,
-};
+use shared_contract::testing::ScriptedPort;
+use shared_contract::{FailurePolicy, Readiness, UnavailableCategory};
 
 const CONFIG: &str = r#"
 [rate_limit]
@@ -224,30 +222,6 @@ fn the_document_names_exactly_the_routes_of_the_router() {
     assert!(routed.contains(&("/openapi.json".to_owned(), "get".to_owned())));
 }
 
-/// A port that never decides (connect failure), for the failure answers.
-#[derive(Debug)]
-struct Failing(PolicySet);
-
-#[async_trait::async_trait]
-impl EdgeRateLimitPort for Failing {
-    async fn evaluate(&self, r: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
-        Ok(RateLimitOutcome::Unavailable {
-            policy_id: r.policy_id,
-            retry_after_ms: 1000,
-            category: UnavailableCategory::Connect,
-        })
-    }
-    async fn evaluate_all(&self, r: MultiRequest) -> Result<MultiOutcome, RequestError> {
-        shared_contract::multi::one_by_one(self, r).await
-    }
-    fn policies(&self) -> &PolicySet {
-        &self.0
-    }
-    async fn readiness(&self) -> Readiness {
-        Readiness::NotReady("redis: connection refused".to_owned())
-    }
-}
-
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
     Local,
@@ -273,7 +247,15 @@ async fn serve(kind: Kind) -> Served {
         (_, Kind::Disabled) => None,
         (RateLimitSettings::Enabled(e), Kind::Failing) => Some(
             inbound_web::Limiter::new(
-                Arc::new(Failing(e.policies.clone())),
+                // Never decides (connect failure), for the failure answers.
+                Arc::new(
+                    ScriptedPort::unavailable(
+                        e.policies.clone(),
+                        UnavailableCategory::Connect,
+                        1000,
+                    )
+                    .with_readiness(Readiness::NotReady("redis: connection refused".to_owned())),
+                ),
                 SubjectHasher::new(&SubjectSecret::random()),
                 FailurePolicy::FailClosed,
                 Duration::from_secs(1),
