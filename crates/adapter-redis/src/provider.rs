@@ -354,7 +354,8 @@ impl RedisProvider {
                 policy_id,
                 category,
             },
-            // A script reloaded after `NOSCRIPT` and then lost leaves the same doubt.
+            // `run_script` answers `NOSCRIPT` itself (it resends the source); were one to
+            // arrive here, what it did would be unknown.
             Failure::Indeterminate | Failure::NoScript => Outcome::Indeterminate {
                 policy_id,
                 retry_after_ms,

@@ -437,7 +437,6 @@ mod tests {
     }
 
     /// The provider down: `Unavailable(connect)`.
-    #[allow(clippy::unnecessary_wraps)] // the signature of a scripted answer
     fn down(r: &RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         Ok(RateLimitOutcome::Unavailable {
             policy_id: r.policy_id.clone(),
@@ -447,7 +446,6 @@ mod tests {
     }
 
     /// The provider up: an allow.
-    #[allow(clippy::unnecessary_wraps)] // the signature of a scripted answer
     fn up(r: &RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         Ok(RateLimitOutcome::Evaluated(RateLimitDecision {
             allowed: true,
