@@ -8,14 +8,21 @@ Usage: bench/lua-programs/callgrind.py [CALLS]   (default 2000; needs valgrind,
 redis-server and redis-cli on PATH; a few minutes). Each figure is one private redis-server
 under callgrind: CALLS calls over CALLS/10 keys (so most calls find state), allow = cost 1
 on 100 per hour, deny = cost 100 on keys already holding cost 1 (the first touch of each key
-allows, so a tenth of the deny calls are allows; their floor is the allow floor's).
+allows, so a tenth of the deny calls are allows; their floor is the allow floor's). The
+programs take their arguments packed in one binary string (drive.py's pack); a floor is
+given its program's own ARGV, so that Redis builds the same Lua strings for both. Every
+reply is checked: a program's allow run must answer ALLOWED throughout, its deny run DENIED
+but for each key's first touch, and no run may answer anything but ALLOWED or DENIED.
 """
 import os
 import re
+import socket
 import subprocess
 import sys
 import tempfile
 import time
+
+from drive import pack, parse
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 LUA = os.path.join(HERE, "..", "..", "crates", "adapter-redis", "lua")
@@ -43,25 +50,48 @@ def resp(args):
     return out
 
 
-def common(cost):
-    # cost, revision, max_clock_regression_ms, cleanup_grace_ms
-    return [str(cost), "1", "2000", "7200000"]
+def packed(fmt, params):
+    """A program's ARGV[1] at a cost: cost, revision, max_clock_regression_ms and
+    cleanup_grace_ms, then the policy's parameters, packed in the program's format."""
+    return lambda cost: [pack(fmt, [cost, 1, 2000, 7200000] + params)]
 
 
 # 100 per hour: token bucket capacity 100, scale 36000, 1 unit/ms; fixed window and
 # sliding counter/log 100 per 3600000 ms; GCRA burst 100, interval 36000 units, 1 unit/ms.
 SINGLES = [
-    ("rate-fixed-window-v1.lua", "1", lambda c: common(c) + ["100", "3600000"]),
-    ("rate-sliding-counter-v1.lua", "2", lambda c: common(c) + ["100", "3600000"]),
-    ("rate-token-bucket-v1.lua", "3", lambda c: common(c) + ["100", "36000", "1"]),
-    ("rate-gcra-v1.lua", "4", lambda c: common(c) + ["100", "36000", "1"]),
-    ("rate-sliding-log-v1.lua", "5", lambda c: common(c) + ["100", "3600000"]),
+    ("rate-fixed-window-v2.lua", "1", packed("<I7I4I5I5I7I5", [100, 3600000])),
+    ("rate-sliding-counter-v2.lua", "2", packed("<I7I4I5I5I5I5", [100, 3600000])),
+    ("rate-token-bucket-v2.lua", "3", packed("<I7I4I5I5I7I5I7", [100, 36000, 1])),
+    ("rate-gcra-v2.lua", "4", packed("<I7I4I5I5I7I5I7", [100, 36000, 1])),
+    ("rate-sliding-log-v2.lua", "5", packed("<I7I4I5I5I2I5", [100, 3600000])),
 ]
 MEMBERS = [SINGLES[2], SINGLES[0], SINGLES[3]]
 
 
-def measure(source, calls_of):
-    """Instructions in evalShaCommand per call over the calls calls_of(sha) yields."""
+def send(port, calls):
+    """Sends the calls on one connection; the count of each status answered."""
+    s = socket.create_connection(("127.0.0.1", int(port)))
+    s.sendall(b"".join(calls))
+    buf, pos, tally, done = b"", 0, {}, 0
+    while done < len(calls):
+        data = s.recv(262144)
+        if not data:
+            sys.exit("connection closed after %d replies" % done)
+        buf += data
+        while True:
+            r = parse(buf, pos)
+            if r is None:
+                break
+            tally[r[0]] = tally.get(r[0], 0) + 1
+            pos, done = r[1], done + 1
+        buf, pos = buf[pos:], 0
+    s.close()
+    return tally
+
+
+def measure(source, calls_of, allowed=None):
+    """Instructions in evalShaCommand per call over the calls calls_of(sha) yields, whose
+    replies must all be ALLOWED or DENIED, and ALLOWED `allowed` times when it is given."""
     out = tempfile.mktemp(prefix="cg-lua.")
     port = "17480"
     server = subprocess.Popen(
@@ -77,12 +107,14 @@ def measure(source, calls_of):
     sha = subprocess.run(cli + ["SCRIPT", "LOAD", source], capture_output=True,
                          text=True).stdout.strip()
     calls = list(calls_of(sha))
-    subprocess.run(cli + ["--pipe"], input=b"".join(calls), capture_output=True, check=True)
+    tally = send(port, calls)
     subprocess.run(cli + ["SHUTDOWN", "NOSAVE"], capture_output=True)
     server.wait()
     with open(out) as f:
         total = int(re.search(r"^(?:summary|totals):\s*(\d+)", f.read(), re.M).group(1))
     os.remove(out)
+    if set(tally) - {b"ALLOWED", b"DENIED"} or allowed not in (None, tally.get(b"ALLOWED", 0)):
+        sys.exit("unexpected answers %r to %r" % (tally, calls[0]))
     return total / len(calls)
 
 
@@ -93,28 +125,34 @@ def key(i, member):
 SPREAD = max(1, CALLS // 10)
 
 
-def single(source, args, m=0):
+# A program's ALLOWED answers: every call for an allow; for a deny, each key's first touch.
+def allows(cost):
+    return CALLS if cost == 1 else SPREAD
+
+
+def single(source, args, m=0, allowed=None):
     def calls(sha):
         for c in range(CALLS):
             yield resp(["EVALSHA", sha, "1", key(c % SPREAD, m)] + args)
-    return measure(source, calls)
+    return measure(source, calls, allowed)
 
 
-def multi(source, args):
+def multi(source, args, allowed=None):
     def calls(sha):
         for c in range(CALLS):
             i = c % SPREAD
             yield resp(["EVALSHA", sha, "3"] + [key(i, m) for m in range(3)] + args)
-    return measure(source, calls)
+    return measure(source, calls, allowed)
 
 
 def floors_table():
     print("| program | decision | instructions | floor | program / floor |")
     print("| --- | --- | ---: | ---: | ---: |")
     for label, cost, floor_name in [("allow", 1, "single.lua"), ("deny", 100, "single-deny.lua")]:
-        base = single(floor(floor_name), common(cost))
         for name, _, args in SINGLES:
-            n = single(program(name), args(cost))
+            # The floor of each program is measured with that program's argument.
+            base = single(floor(floor_name), args(cost))
+            n = single(program(name), args(cost), allowed=allows(cost))
             print("| %s | %s | %d | %d | %.2f |" % (name, label, n, base, n / base))
 
 
@@ -122,13 +160,14 @@ def multi_table():
     print("| decision | multi (3 members) | its floor | multi / floor | 3 single calls | multi / singles |")
     print("| --- | ---: | ---: | ---: | ---: | ---: |")
     for label, cost, floor_name in [("allow", 1, "multi-3.lua"), ("deny", 100, "multi-3-deny.lua")]:
-        args = ["3", "0"]
+        # The header (3 members, no evaluation id), then per member its code and argument.
+        args = [pack("<I1I4", [3, 0])]
         for _, code, a in MEMBERS:
-            a = a(cost)
-            args += [code, str(len(a))] + a
-        m = multi(program("rate-multi-v1.lua"), args)
+            args += [code] + a(cost)
+        m = multi(program("rate-multi-v2.lua"), args, allows(cost))
         base = multi(floor(floor_name), args)
-        singles = sum(single(program(name), a(cost), i) for i, (name, _, a) in enumerate(MEMBERS))
+        singles = sum(single(program(name), a(cost), i, allows(cost))
+                      for i, (name, _, a) in enumerate(MEMBERS))
         print("| %s | %d | %d | %.2f | %d | %.2f |" % (label, m, base, m / base, singles, m / singles))
 
 

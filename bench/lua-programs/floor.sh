@@ -1,19 +1,27 @@
 #!/usr/bin/env bash
 # What each Redis program costs the server next to its floor: a script with the same
-# redis.calls and reply shape and no decision around them (floors/). Both run under
-# redis-benchmark on a private redis-server, alternating, in one run; the figure is Redis's
-# own usec_per_call of EVALSHA (INFO commandstats after CONFIG RESETSTAT), so the load
+# redis.calls and reply shape and no decision around them (floors/), given the same ARGV.
+# Both run on a private redis-server, alternating, in one run; the figure is Redis's own
+# usec_per_call of EVALSHA (INFO commandstats after CONFIG RESETSTAT), so the load
 # generator's cost is not in it. Every run starts from an empty database (FLUSHALL) and
 # calls on random keys of a RANGE-key space, so most calls allow (GET finds nothing, SET
 # writes), the program's dearest path.
+#
+# The load is drive.py, not redis-benchmark: the programs take their arguments packed in
+# one binary string with NUL bytes, which redis-benchmark cannot send (its arguments are C
+# strings). A Python client is slower than redis-benchmark; the figure, measured by Redis
+# itself, does not include it. drive.py fails the run on any error reply or on a decision
+# other than ALLOWED or DENIED.
 #
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
 # three single token-bucket calls (goals: <= 1.25x the floor; multi <= 0.6x three singles).
 #
-#   bench/lua-programs/floor.sh                 # N=200000 ROUNDS=3 CLIENTS=16 PIPELINE=4
+#   bench/lua-programs/floor.sh    # N=200000 ROUNDS=3 CLIENTS=16 PIPELINE=4 RANGE=1000000
 #   ROUNDS=5 N=400000 bench/lua-programs/floor.sh
 set -euo pipefail
+# A failed drive.py run inside $(measure ...) stops the script.
+shopt -s inherit_errexit
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 N=${N:-200000}
@@ -28,53 +36,58 @@ start_redis "$PORT"
 cli() { redis-cli -p "$PORT" "$@"; }
 lua="$root/crates/adapter-redis/lua"
 
-# One policy per algorithm, 100 per minute, allowing at cost 1 (docs/lua-programs.md):
-# cost, revision, max_clock_regression_ms, cleanup_grace_ms, then the parameters.
+# One policy per algorithm, 100 per minute, allowing at cost 1 (docs/lua-programs.md), as
+# drive.py packs it (struct format=values): cost, revision, max_clock_regression_ms,
+# cleanup_grace_ms, then the parameters.
 declare -A args=(
-  [fixed-window]="1 1 2000 1000 100 60000"
-  [sliding-counter]="1 1 2000 1000 100 60000"
-  [token-bucket]="1 1 2000 1000 100 600 1"
-  [gcra]="1 1 2000 1000 100 600 1"
-  [sliding-log]="1 1 2000 1000 100 60000"
+  [fixed-window]="<I7I4I5I5I7I5=1,1,2000,1000,100,60000"
+  [sliding-counter]="<I7I4I5I5I5I5=1,1,2000,1000,100,60000"
+  [token-bucket]="<I7I4I5I5I7I5I7=1,1,2000,1000,100,600,1"
+  [gcra]="<I7I4I5I5I7I5I7=1,1,2000,1000,100,600,1"
+  [sliding-log]="<I7I4I5I5I2I5=1,1,2000,1000,100,60000"
 )
 programs=(fixed-window sliding-counter token-bucket gcra sliding-log)
 tb=${args[token-bucket]}
-# Three token-bucket members (algorithm 3, 7 arguments each), no evaluation id.
-multi_args="3 0 3 7 $tb 3 7 $tb 3 7 $tb"
+# Three token-bucket members (algorithm 3), no evaluation id: the header (n, replay window),
+# then per member its algorithm code and packed argument.
+multi_args=("<I1I4=3,0" 3 "$tb" 3 "$tb" 3 "$tb")
 
 single_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single.lua")")
 multi_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/multi-3.lua")")
 declare -A sha
 for p in "${programs[@]}"; do
-  sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v1.lua")")
+  sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v2.lua")")
+  sha[$p-floor]=$single_floor
 done
-sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v1.lua")")
+sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
+sha[multi-floor]=$multi_floor
 
-# The command line of each measured script: EVALSHA's arguments.
-declare -A line
-for p in "${programs[@]}"; do
-  line[$p]="${sha[$p]} 1 rl:{__rand_int__} ${args[$p]}"
-  line[$p-floor]="$single_floor 1 rl:{__rand_int__} ${args[$p]}"
-done
-three_keys="3 rl:a:{__rand_int__} rl:b:{__rand_int__} rl:c:{__rand_int__}"
-line[multi]="${sha[multi]} $three_keys $multi_args"
-line[multi-floor]="$multi_floor $three_keys $multi_args"
+# drive.py's arguments for a script: its sha, keys and ARGV.
+call() {
+  local p=${1%-floor}
+  if [ "$p" = multi ]; then
+    drive --sha "${sha[$1]}" --key 'rl:a:{__rand_int__}' --key 'rl:b:{__rand_int__}' \
+      --key 'rl:c:{__rand_int__}' "${@:2}" -- "${multi_args[@]}"
+  else
+    drive --sha "${sha[$1]}" --key 'rl:{__rand_int__}' "${@:2}" -- "${args[$p]}"
+  fi
+}
+drive() { python3 "$here/drive.py" --port "$PORT" "$@"; }
+names=()
+for p in "${programs[@]}" multi; do names+=("$p" "$p-floor"); done
 
 # Each script must answer ALLOWED on a fresh key: a program refusing its arguments
 # (INVALID) would measure its cheapest path.
-for name in "${!line[@]}"; do
-  # shellcheck disable=SC2086
-  status=$(cli EVALSHA ${line[$name]//__rand_int__/check-$name} | head -1)
+for name in "${names[@]}"; do
+  status=$(call "$name" --check "check-$name")
   [ "$status" = ALLOWED ] || { echo "$name answers $status, not ALLOWED" >&2; exit 1; }
 done
 
-# usec_per_call of one redis-benchmark run of a script, from an empty database.
+# usec_per_call of one drive.py run of a script, from an empty database.
 measure() {
   cli FLUSHALL SYNC >/dev/null
   cli CONFIG RESETSTAT >/dev/null
-  # shellcheck disable=SC2086
-  redis-benchmark -p "$PORT" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -r "$RANGE" -q \
-    EVALSHA ${line[$1]} >/dev/null
+  call "$1" -n "$N" -c "$CLIENTS" -P "$PIPELINE" -r "$RANGE" >/dev/null
   cli INFO commandstats | tr -d '\r' | awk -F'[:,=]' '/^cmdstat_evalsha:/ {
     for (i = 2; i < NF; i += 2) if ($i == "usec_per_call") print $(i + 1)
     for (i = 2; i < NF; i += 2) if ($i == "failed_calls" && $(i + 1) > 0) print "failed" > "/dev/stderr"

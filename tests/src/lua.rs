@@ -17,7 +17,7 @@ pub const TEST_TIME_SOURCE: &str = "local now = tonumber(ARGV[#ARGV])";
 const BEGIN: &str = "-- @time-source begin";
 const END: &str = "-- @time-source end";
 
-/// Schema version of every v1 program's state (bits 4-6 of the tag byte).
+/// Schema version of every program's state (bits 4-6 of the tag byte).
 pub const SCHEMA_VERSION: u8 = 1;
 /// Bit 7 of the tag byte: the compact layout.
 pub const COMPACT: u8 = 0x80;
@@ -67,22 +67,22 @@ impl Program {
 
     pub fn file_name(self) -> &'static str {
         match self {
-            Program::FixedWindow => "rate-fixed-window-v1.lua",
-            Program::SlidingCounter => "rate-sliding-counter-v1.lua",
-            Program::TokenBucket => "rate-token-bucket-v1.lua",
-            Program::Gcra => "rate-gcra-v1.lua",
-            Program::SlidingLog => "rate-sliding-log-v1.lua",
+            Program::FixedWindow => "rate-fixed-window-v2.lua",
+            Program::SlidingCounter => "rate-sliding-counter-v2.lua",
+            Program::TokenBucket => "rate-token-bucket-v2.lua",
+            Program::Gcra => "rate-gcra-v2.lua",
+            Program::SlidingLog => "rate-sliding-log-v2.lua",
         }
     }
 
     /// The production source, exactly as `adapter-redis` embeds it.
     pub fn source(self) -> &'static str {
         match self {
-            Program::FixedWindow => include_str!("../../lua/rate-fixed-window-v1.lua"),
-            Program::SlidingCounter => include_str!("../../lua/rate-sliding-counter-v1.lua"),
-            Program::TokenBucket => include_str!("../../lua/rate-token-bucket-v1.lua"),
-            Program::Gcra => include_str!("../../lua/rate-gcra-v1.lua"),
-            Program::SlidingLog => include_str!("../../lua/rate-sliding-log-v1.lua"),
+            Program::FixedWindow => include_str!("../../lua/rate-fixed-window-v2.lua"),
+            Program::SlidingCounter => include_str!("../../lua/rate-sliding-counter-v2.lua"),
+            Program::TokenBucket => include_str!("../../lua/rate-token-bucket-v2.lua"),
+            Program::Gcra => include_str!("../../lua/rate-gcra-v2.lua"),
+            Program::SlidingLog => include_str!("../../lua/rate-sliding-log-v2.lua"),
         }
     }
 
@@ -157,23 +157,42 @@ pub fn test_build(name: &str, src: &str) -> Result<String, String> {
 }
 
 /// The multi-limit program, exactly as `adapter-redis` embeds it.
-pub const MULTI_SOURCE: &str = include_str!("../../lua/rate-multi-v1.lua");
+pub const MULTI_SOURCE: &str = include_str!("../../lua/rate-multi-v2.lua");
+
+/// The batch program, exactly as `adapter-redis` embeds it.
+pub const BATCH_SOURCE: &str = include_str!("../../lua/rate-batch-v2.lua");
 
 /// ARGV of the multi-limit program for `members` (policy, cost) and a replay window (0: no
-/// evaluation id), in the order of its header (without the test build's trailing `now`).
+/// evaluation id), in the order of its header (without the test build's trailing `now`):
+/// the packed header, then per member its algorithm code and its packed arguments.
 ///
 /// # Panics
 /// For a policy of an algorithm without a program.
-pub fn multi_arguments(members: &[(&RateLimitPolicy, u64)], replay_window_ms: u64) -> Vec<String> {
-    let mut args = vec![members.len().to_string(), replay_window_ms.to_string()];
+pub fn multi_arguments(members: &[(&RateLimitPolicy, u64)], replay_window_ms: u64) -> Vec<Vec<u8>> {
+    let mut args = vec![pack(&[(members.len() as u64, 1), (replay_window_ms, 4)])];
     for (policy, cost) in members {
         let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
-        let own = arguments(policy, *cost);
-        args.push(program.algorithm_code().to_string());
-        args.push(own.len().to_string());
-        args.extend(own);
+        args.push(program.algorithm_code().to_string().into_bytes());
+        args.extend(arguments(policy, *cost));
     }
     args
+}
+
+/// Unsigned little-endian fields of the given byte widths, as the programs' headers lay out
+/// `ARGV[1]`.
+///
+/// # Panics
+/// When a value does not fit its width (a test that means to send one builds the bytes).
+pub fn pack(fields: &[(u64, usize)]) -> Vec<u8> {
+    let mut out = Vec::new();
+    for &(value, width) in fields {
+        assert!(
+            width >= 8 || value < 1 << (8 * width),
+            "{value} in {width} bytes"
+        );
+        out.extend_from_slice(&value.to_le_bytes()[..width]);
+    }
+    out
 }
 
 /// The multi-limit program's reply: `{status, replayed, index, row...}`.
@@ -214,45 +233,39 @@ impl MultiReply {
     }
 }
 
-/// ARGV for `policy` and `cost`, in the order of `docs/lua-programs.md` (without the test
-/// build's trailing `now`).
-pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<String> {
-    let mut args = vec![
-        cost.to_string(),
-        policy.revision().get().to_string(),
-        policy.max_clock_regression_ms().to_string(),
-        policy.cleanup_grace_ms().to_string(),
+/// The fields of `ARGV[1]` for `policy` and `cost` as (value, byte width), in the order and
+/// widths of `docs/lua-programs.md`.
+pub fn argument_fields(policy: &RateLimitPolicy, cost: u64) -> Vec<(u64, usize)> {
+    let mut fields = vec![
+        (cost, 7),
+        (u64::from(policy.revision().get()), 4),
+        (policy.max_clock_regression_ms(), 5),
+        (policy.cleanup_grace_ms(), 5),
     ];
-    let params: [u64; 3];
-    let tail: &[u64] = match policy.algorithm() {
-        Algorithm::FixedWindow(p) => {
-            params = [p.limit(), p.window_ms(), 0];
-            &params[..2]
-        }
-        Algorithm::SlidingWindow(p) => {
-            params = [p.limit(), p.window_ms(), 0];
-            &params[..2]
-        }
+    match policy.algorithm() {
+        Algorithm::FixedWindow(p) => fields.extend([(p.limit(), 7), (p.window_ms(), 5)]),
+        Algorithm::SlidingWindow(p) => fields.extend([(p.limit(), 5), (p.window_ms(), 5)]),
         Algorithm::TokenBucket(p) => {
-            params = [p.capacity(), p.scale(), p.units_per_ms()];
-            &params
+            fields.extend([(p.capacity(), 7), (p.scale(), 5), (p.units_per_ms(), 7)]);
         }
         Algorithm::Gcra(p) => {
-            params = [p.burst(), p.interval_units(), p.units_per_ms()];
-            &params
+            fields.extend([
+                (p.burst(), 7),
+                (p.interval_units(), 5),
+                (p.units_per_ms(), 7),
+            ]);
         }
-        Algorithm::SlidingLog(p) => {
-            params = [p.limit(), p.window_ms(), 0];
-            &params[..2]
-        }
+        Algorithm::SlidingLog(p) => fields.extend([(p.limit(), 2), (p.window_ms(), 5)]),
         // The lease programs take their own arguments (see `tests/tests/it/lua_leases.rs`).
-        Algorithm::Concurrency(p) => {
-            params = [p.limit(), p.lease_ttl_ms(), 0];
-            &params[..2]
-        }
-    };
-    args.extend(tail.iter().map(u64::to_string));
-    args
+        Algorithm::Concurrency(p) => fields.extend([(p.limit(), 7), (p.lease_ttl_ms(), 5)]),
+    }
+    fields
+}
+
+/// ARGV for `policy` and `cost` (one packed string, `docs/lua-programs.md`), without the
+/// test build's trailing `now`.
+pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<Vec<u8>> {
+    vec![pack(&argument_fields(policy, cost))]
 }
 
 /// The seven reply fields.

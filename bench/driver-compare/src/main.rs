@@ -9,10 +9,27 @@ use std::time::{Duration, Instant};
 use fred::prelude::*;
 use hdrhistogram::Histogram;
 
-const SOURCE: &str = include_str!("../../../lua/rate-token-bucket-v1.lua");
-/// ARGV of rl-bench's token-bucket policy: cost, revision, regression, grace, capacity,
-/// scale, units_per_ms.
-const ARGS: [&str; 7] = ["1", "1", "2000", "10000", "1000", "1", "1"];
+const SOURCE: &str = include_str!("../../../lua/rate-token-bucket-v2.lua");
+
+/// ARGV[1] of rl-bench's token-bucket policy, packed as the program's header says (unsigned
+/// little-endian, format '<I7I4I5I5I7I5I7'): cost 1, revision 1, regression 2000, grace
+/// 10000, capacity 1000, scale 1, units_per_ms 1. 40 bytes.
+fn packed_args() -> Vec<u8> {
+    let fields: [(u64, usize); 7] = [
+        (1, 7),
+        (1, 4),
+        (2000, 5),
+        (10_000, 5),
+        (1000, 7),
+        (1, 5),
+        (1, 7),
+    ];
+    let mut out = Vec::with_capacity(40);
+    for (value, width) in fields {
+        out.extend_from_slice(&value.to_le_bytes()[..width]);
+    }
+    out
+}
 
 fn key(rng: &mut u64) -> String {
     *rng ^= *rng << 13;
@@ -40,18 +57,20 @@ async fn with_fred(
     let config = Config::from_url(&format!("redis://127.0.0.1:{port}/0"))?;
     let client = Builder::from_config(config).build()?;
     client.init().await?;
+    // One binary value: fred would send a Vec<u8> as one integer argument per byte.
+    let args = fred::types::Value::Bytes(fred::bytes::Bytes::from(packed_args()));
     let stop = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let mut tasks = Vec::new();
     for i in 0..c {
-        let (client, sha) = (client.clone(), sha.to_owned());
+        let (client, sha, args) = (client.clone(), sha.to_owned(), args.clone());
         tasks.push(tokio::spawn(async move {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
             let (mut n, mut rng) = (0u64, 0x9E37_79B9 + i);
             while Instant::now() < stop {
                 let t = Instant::now();
                 let _: fred::types::Value = client
-                    .evalsha(sha.as_str(), vec![key(&mut rng)], ARGS.to_vec())
+                    .evalsha(sha.as_str(), vec![key(&mut rng)], args.clone())
                     .await
                     .expect("evalsha");
                 h.saturating_record(t.elapsed().as_nanos() as u64);
@@ -85,19 +104,20 @@ async fn with_redis(
     let stop = Instant::now() + Duration::from_secs(secs);
     let start = Instant::now();
     let sha = Arc::new(sha.to_owned());
+    let args = Arc::new(packed_args());
     let mut tasks = Vec::new();
     for i in 0..c {
-        let (mut conn, sha) = (conn.clone(), sha.clone());
+        let (mut conn, sha, args) = (conn.clone(), sha.clone(), args.clone());
         tasks.push(tokio::spawn(async move {
             let mut h = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).expect("histogram");
             let (mut n, mut rng) = (0u64, 0x9E37_79B9 + i);
             while Instant::now() < stop {
                 let t = Instant::now();
                 let mut cmd = redis::cmd("EVALSHA");
-                cmd.arg(sha.as_str()).arg(1).arg(key(&mut rng));
-                for a in ARGS {
-                    cmd.arg(a);
-                }
+                cmd.arg(sha.as_str())
+                    .arg(1)
+                    .arg(key(&mut rng))
+                    .arg(args.as_slice());
                 let _: redis::Value = conn.send_packed_command(&cmd).await.expect("evalsha");
                 h.saturating_record(t.elapsed().as_nanos() as u64);
                 n += 1;

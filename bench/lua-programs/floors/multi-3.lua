@@ -1,6 +1,8 @@
--- The floor of rate-multi-v1.lua deciding three members: the same redis.calls (TIME, then
+-- The floor of rate-multi-v2.lua deciding three members: the same redis.calls (TIME, then
 -- per member GET by pcall, then per member SET ... PX of a 12-byte value) and the same reply
 -- shape ({status, replayed, index, row_1, row_2, row_3}, each row a status and six integers).
+-- Called with the program's own ARGV (the packed header, then per member its algorithm code
+-- and packed argument), which it ignores, so that Redis builds the same Lua strings.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local a = redis.pcall('GET', KEYS[1])

@@ -1,5 +1,6 @@
 -- The floor of a single rate program's denial: the same redis.calls (TIME, GET by pcall;
--- nothing written) and the same reply shape (a status and six integers).
+-- nothing written) and the same reply shape (a status and six integers). Called with the
+-- program's own ARGV (its one packed argument), which it ignores.
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local raw = redis.pcall('GET', KEYS[1])

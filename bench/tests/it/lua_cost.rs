@@ -142,7 +142,7 @@ fn resp(out: &mut Vec<u8>, args: &[&[u8]]) {
 }
 
 /// Sends `EVALSHA sha 1 key(i) args...` for every `i` through `redis-cli --pipe`.
-fn pipe(port: u16, db: u8, sha: &str, keys: impl Iterator<Item = u64>, args: &[String]) {
+fn pipe(port: u16, db: u8, sha: &str, keys: impl Iterator<Item = u64>, args: &[Vec<u8>]) {
     pipe_keys(port, db, sha, keys.map(|i| vec![key(i)]), args);
 }
 
@@ -152,7 +152,7 @@ fn pipe_keys(
     db: u8,
     sha: &str,
     calls: impl Iterator<Item = Vec<String>>,
-    args: &[String],
+    args: &[Vec<u8>],
 ) {
     let mut child = Command::new("redis-cli")
         .args(["-p", &port.to_string(), "-n", &db.to_string(), "--pipe"])
@@ -167,7 +167,7 @@ fn pipe_keys(
         let n = keys.len().to_string();
         let mut cmd: Vec<&[u8]> = vec![b"EVALSHA", sha.as_bytes(), n.as_bytes()];
         cmd.extend(keys.iter().map(|k| k.as_bytes()));
-        cmd.extend(args.iter().map(|a| a.as_bytes()));
+        cmd.extend(args.iter().map(Vec::as_slice));
         resp(&mut buf, &cmd);
         if buf.len() > 1 << 20 {
             stdin.write_all(&buf).expect("write to redis-cli");
@@ -210,7 +210,7 @@ impl Samples {
 struct Target<'a> {
     db: u8,
     sha: &'a str,
-    args: &'a [String],
+    args: &'a [Vec<u8>],
     /// The members of each call: `None` for the one key `key(i)`, else `member_key(i, j)`
     /// for each `j`.
     members: Option<&'a [u64]>,
@@ -270,7 +270,7 @@ fn lua_program_server_cost_and_memory() {
     let allocator = info_field(&mut con, "memory", "mem_allocator");
 
     let plain = Loaded::load(&mut con, PLAIN_TOKEN_BUCKET).expect("compiles");
-    let plain_args = |cost: &str| vec!["100".to_string(), "0.1".to_string(), cost.to_string()];
+    let plain_args = |cost: &str| vec![b"100".to_vec(), b"0.1".to_vec(), cost.as_bytes().to_vec()];
     let (plain_allow, plain_deny) = (plain_args("1"), plain_args("1000"));
     let base = used_memory(&mut con);
     pipe(port, 0, &plain.sha1, 0..keys, &plain_allow);
@@ -412,7 +412,7 @@ fn multi_program_server_cost_against_single_calls() {
     println!("| --- | ---: | ---: | ---: | ---: | ---: | ---: |");
     for (label, cost) in [("allow", 1u64), ("deny", 100)] {
         let m_args = multi_args(cost);
-        let s_args: Vec<Vec<String>> = policies.iter().map(|p| arguments(p, cost)).collect();
+        let s_args: Vec<Vec<Vec<u8>>> = policies.iter().map(|p| arguments(p, cost)).collect();
         let (mut m, mut s) = (Samples::default(), Samples::default());
         for r in 0..rounds {
             let t = Target {

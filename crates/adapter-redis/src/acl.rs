@@ -513,7 +513,7 @@ pub(crate) mod tests {
             .expect_err("SET denied");
         assert!(
             why.starts_with(
-                "ACL user \"limiter\" may not run SET on \"rl:*\" keys (used by rate-fixed-window-v1.lua, "
+                "ACL user \"limiter\" may not run SET on \"rl:*\" keys (used by rate-fixed-window-v2.lua, "
             ),
             "{why}"
         );

@@ -36,7 +36,8 @@ impl KeyType {
 pub struct Program {
     /// The program itself: `lua/<name>`, its SHA1 and the commands it calls.
     pub script: Script,
-    /// The version in the name; state written by another version is incompatible.
+    /// The version in the name: of the calling convention (the state's own schema version is
+    /// in its tag byte; v1 and v2 read and write the same state).
     pub version: u32,
     /// The algorithm the program decides.
     pub algorithm: AlgorithmKind,
@@ -49,7 +50,7 @@ macro_rules! program {
         Program {
             // Every rate-limit program reads the clock, reads its key and writes it back.
             script: embedded!($file, &[&commands::TIME, &commands::GET, &commands::SET]),
-            version: 1,
+            version: 2,
             algorithm: $kind,
             key_type: $key_type,
         }
@@ -59,23 +60,23 @@ macro_rules! program {
 /// Every rate-limit program of this build, one per rate algorithm.
 pub static PROGRAMS: [Program; 5] = [
     program!(
-        "rate-fixed-window-v1.lua",
+        "rate-fixed-window-v2.lua",
         AlgorithmKind::FixedWindow,
         KeyType::String
     ),
     program!(
-        "rate-sliding-counter-v1.lua",
+        "rate-sliding-counter-v2.lua",
         AlgorithmKind::SlidingWindow,
         KeyType::String
     ),
     program!(
-        "rate-token-bucket-v1.lua",
+        "rate-token-bucket-v2.lua",
         AlgorithmKind::TokenBucket,
         KeyType::String
     ),
-    program!("rate-gcra-v1.lua", AlgorithmKind::Gcra, KeyType::String),
+    program!("rate-gcra-v2.lua", AlgorithmKind::Gcra, KeyType::String),
     program!(
-        "rate-sliding-log-v1.lua",
+        "rate-sliding-log-v2.lua",
         AlgorithmKind::SlidingLog,
         KeyType::String
     ),
@@ -86,16 +87,27 @@ pub static PROGRAMS: [Program; 5] = [
 /// are the single programs' bodies (a test regenerates them from [`PROGRAMS`]), so it reads
 /// and writes exactly their state encodings.
 pub static MULTI: Script = embedded!(
-    "rate-multi-v1.lua",
+    "rate-multi-v2.lua",
     &[&commands::TIME, &commands::GET, &commands::SET]
 );
+
+/// The batch program: 1..=64 independent decisions of any algorithms in one call, in order
+/// at one `TIME` reading (calling convention: `docs/lua-programs.md`). Its member functions
+/// are the multi program's, generated the same way.
+pub static BATCH: Script = embedded!(
+    "rate-batch-v2.lua",
+    &[&commands::TIME, &commands::GET, &commands::SET]
+);
+
+/// The most members one batch call takes (the program's header holds 1..=64).
+pub const BATCH_MAX: usize = 64;
 
 /// Every program's script, as a provider preloads them and the ACL check covers them.
 pub(crate) fn scripts() -> Vec<&'static Script> {
     PROGRAMS
         .iter()
         .map(|p| &p.script)
-        .chain(std::iter::once(&MULTI))
+        .chain([&MULTI, &BATCH])
         .collect()
 }
 
@@ -124,25 +136,74 @@ pub fn program(kind: AlgorithmKind) -> &'static Program {
         .unwrap_or(&PROGRAMS[0])
 }
 
-/// `ARGV[2..]` of `policy`, in the documented order: revision, max clock regression, cleanup
-/// grace, then the algorithm's derived parameters. `ARGV[1]` (the cost) varies per request.
-pub fn arguments(policy: &RateLimitPolicy) -> Vec<u64> {
-    let mut args = vec![
-        u64::from(policy.revision().get()),
-        policy.max_clock_regression_ms(),
-        policy.cleanup_grace_ms(),
+/// The byte width of the cost, the first packed field.
+pub const COST_WIDTH: usize = 7;
+
+/// The packed fields after the cost, as (value, byte width), in the order of the program's
+/// header: revision, max clock regression, cleanup grace, then the algorithm's derived
+/// parameters.
+fn fields(policy: &RateLimitPolicy) -> Vec<(u64, usize)> {
+    let mut fields = vec![
+        (u64::from(policy.revision().get()), 4),
+        (policy.max_clock_regression_ms(), 5),
+        (policy.cleanup_grace_ms(), 5),
     ];
     match policy.algorithm() {
-        Algorithm::FixedWindow(p) => args.extend([p.limit(), p.window_ms()]),
-        Algorithm::SlidingWindow(p) => args.extend([p.limit(), p.window_ms()]),
-        Algorithm::TokenBucket(p) => args.extend([p.capacity(), p.scale(), p.units_per_ms()]),
-        Algorithm::Gcra(p) => args.extend([p.burst(), p.interval_units(), p.units_per_ms()]),
-        Algorithm::SlidingLog(p) => args.extend([p.limit(), p.window_ms()]),
+        Algorithm::FixedWindow(p) => fields.extend([(p.limit(), 7), (p.window_ms(), 5)]),
+        Algorithm::SlidingWindow(p) => fields.extend([(p.limit(), 5), (p.window_ms(), 5)]),
+        Algorithm::TokenBucket(p) => {
+            fields.extend([(p.capacity(), 7), (p.scale(), 5), (p.units_per_ms(), 7)]);
+        }
+        Algorithm::Gcra(p) => {
+            fields.extend([
+                (p.burst(), 7),
+                (p.interval_units(), 5),
+                (p.units_per_ms(), 7),
+            ]);
+        }
+        Algorithm::SlidingLog(p) => fields.extend([(p.limit(), 2), (p.window_ms(), 5)]),
         // Lease programs take their own arguments (`leases`); a concurrency policy is never
         // evaluated (the contract refuses it first), so no rate program sees these.
-        Algorithm::Concurrency(p) => args.extend([p.limit(), p.lease_ttl_ms()]),
+        Algorithm::Concurrency(p) => fields.extend([(p.limit(), 4), (p.lease_ttl_ms(), 4)]),
     }
-    args
+    fields
+}
+
+/// `ARGV[1]` of `policy` without its leading cost: the packed fields after the cost
+/// (unsigned little-endian, the widths of the program's header). Prepend the cost with
+/// [`pack_cost`]. A value wider than its field (which a validated policy never holds: its
+/// bounds are the widths) makes the string empty, which the program refuses as `INVALID`
+/// rather than read a truncated value.
+pub fn arguments(policy: &RateLimitPolicy) -> Vec<u8> {
+    pack(&fields(policy))
+}
+
+/// `fields` packed, or nothing when a value does not fit its width.
+fn pack(fields: &[(u64, usize)]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(40);
+    for &(value, width) in fields {
+        if width < 8 && value >> (8 * width) != 0 {
+            return Vec::new();
+        }
+        out.extend_from_slice(&value.to_le_bytes()[..width]);
+    }
+    out
+}
+
+/// `ARGV[1]` of the multi program: the member count (1 byte) and the replay window (4 bytes),
+/// packed like the members' arguments. A count or window beyond its width (which the
+/// provider never sends: at most 8 members, a window of at most a day) makes it empty, which
+/// the program refuses as `INVALID`.
+pub fn multi_header(members: usize, replay_window_ms: u64) -> Vec<u8> {
+    pack(&[(members as u64, 1), (replay_window_ms, 4)])
+}
+
+/// The cost as the first packed field of `ARGV[1]`. A cost is at most the policy's limit
+/// (< 2^53), so it always fits.
+pub fn pack_cost(cost: u64) -> [u8; COST_WIDTH] {
+    let mut out = [0; COST_WIDTH];
+    out.copy_from_slice(&cost.to_le_bytes()[..COST_WIDTH]);
+    out
 }
 
 #[cfg(test)]
@@ -166,8 +227,8 @@ mod tests {
     fn manifests_match_the_files() {
         for p in &PROGRAMS {
             let s = &p.script;
-            assert!(s.name.starts_with("rate-") && s.name.ends_with("-v1.lua"));
-            assert_eq!(p.version, 1);
+            assert!(s.name.starts_with("rate-") && s.name.ends_with("-v2.lua"));
+            assert_eq!(p.version, 2);
             assert_eq!(s.sha1().len(), 40);
             assert!(s.sha1().bytes().all(|b| b.is_ascii_hexdigit()));
             // One TIME call, inside the marked block.
@@ -198,8 +259,9 @@ mod tests {
     }
 
     /// The member functions of the multi program, generated from the single programs: each
-    /// body after its time block, indented, as `local function member_<code>(ARGV, now, RAW)`,
-    /// where `RAW` is the key's value as `redis.pcall('GET', key)` answers it (the driver
+    /// body after its time block, indented, as `local function member_<code>(A, now, RAW)`,
+    /// where `A` is the member's packed arguments (the line reading them from `ARGV[1]`
+    /// dropped), `RAW` is the key's value as `redis.pcall('GET', key)` answers it (the driver
     /// reads it), the key count check dropped (the driver checks its keys), and the one
     /// `SET` and the allow after it becoming an allow that hands back the value and TTL to
     /// write. Then `M`, the functions by the algorithm code as ARGV spells it.
@@ -208,8 +270,8 @@ mod tests {
         const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
         const KEYS: &str = "#KEYS ~= 1 or ";
         const INLINE: &str = "-- Everything is inline: the chunk runs once per call, so every \
-                              helper function would be a\n-- new closure per call, and argument \
-                              checks dominate the cost of a call.\n";
+                              helper function would be a\n-- new closure per call.\n";
+        const ARG: &str = "local A = ARGV[1]\n";
         let mut kinds = AlgorithmKind::RATE;
         kinds.sort_by_key(|k| algorithm_code(*k));
         let mut out = String::new();
@@ -220,18 +282,19 @@ mod tests {
                 .split_once("-- @time-source end\n")
                 .ok_or_else(|| format!("{}: no time block", s.name))?;
             let body = body.trim_start_matches('\n').replacen(INLINE, "", 1);
-            for (what, n) in [(SET, 1), (GET, 1), (KEYS, 1)] {
+            for (what, n) in [(SET, 1), (GET, 1), (KEYS, 1), (ARG, 1)] {
                 if body.matches(what).count() != n {
                     return Err(format!("{}: {what:?} not exactly once", s.name));
                 }
             }
             let body = body
                 .replacen(GET, "local raw = RAW", 1)
-                .replacen(KEYS, "", 1);
+                .replacen(KEYS, "", 1)
+                .replacen(ARG, "", 1);
             let code = algorithm_code(kind);
             out.push_str(&format!(
-                "-- @member {kind} begin: generated from {}\nlocal function member_{code}(ARGV, \
-                 now, RAW)\n",
+                "-- @member {kind} begin: generated from {}\nlocal function member_{code}(A, now, \
+                 RAW)\n",
                 s.name
             ));
             let mut lines = body.lines();
@@ -266,37 +329,45 @@ mod tests {
         Ok(out)
     }
 
-    /// Holds the generated section of `lua/rate-multi-v1.lua` to the single programs. With
-    /// `RL_WRITE_MULTI_LUA=1` it rewrites the section instead (after a single program
-    /// changed).
+    /// Holds the generated sections of `lua/rate-multi-v2.lua` and `lua/rate-batch-v2.lua` to
+    /// the single programs. With `RL_WRITE_MULTI_LUA=1` it rewrites the sections instead
+    /// (after a single program changed).
     #[test]
-    fn multi_program_members_are_the_single_programs() {
+    fn multi_and_batch_program_members_are_the_single_programs() {
         const BEGIN: &str = "-- @generated begin\n";
         const END: &str = "-- @generated end\n";
         let members = multi_members().expect("single programs of the expected shape");
-        let source = MULTI.source;
-        let (head, rest) = source.split_once(BEGIN).expect("generated begin marker");
-        let (_, tail) = rest.split_once(END).expect("generated end marker");
-        let want = format!("{head}{BEGIN}{members}{END}{tail}");
-        if std::env::var_os("RL_WRITE_MULTI_LUA").is_some() {
-            let path = concat!(env!("CARGO_MANIFEST_DIR"), "/lua/rate-multi-v1.lua");
-            std::fs::write(path, &want).expect("writable lua/");
-            return;
+        for script in [&MULTI, &BATCH] {
+            let source = script.source;
+            let (head, rest) = source.split_once(BEGIN).expect("generated begin marker");
+            let (_, tail) = rest.split_once(END).expect("generated end marker");
+            let want = format!("{head}{BEGIN}{members}{END}{tail}");
+            if std::env::var_os("RL_WRITE_MULTI_LUA").is_some() {
+                let path = format!("{}/lua/{}", env!("CARGO_MANIFEST_DIR"), script.name);
+                std::fs::write(path, &want).expect("writable lua/");
+                continue;
+            }
+            assert!(
+                source == want,
+                "lua/{} is not generated from the single programs; rerun this test with \
+                 RL_WRITE_MULTI_LUA=1",
+                script.name
+            );
         }
-        assert!(
-            source == want,
-            "lua/rate-multi-v1.lua is not generated from the single programs; rerun this \
-             test with RL_WRITE_MULTI_LUA=1"
-        );
     }
 
     #[test]
-    fn multi_program_is_preloaded_and_declares_its_calls() {
-        assert!(scripts().iter().any(|s| s.name == MULTI.name));
-        crate::script::tests::assert_declares_its_calls(&MULTI);
-        assert_eq!(MULTI.source.matches("redis.call('TIME')").count(), 1);
-        assert!(MULTI.test_variant().is_ok());
-        assert!(MULTI.source.starts_with("-- rate-multi-v1.lua"));
+    fn multi_and_batch_programs_are_preloaded_and_declare_their_calls() {
+        for script in [&MULTI, &BATCH] {
+            assert!(scripts().iter().any(|s| s.name == script.name));
+            crate::script::tests::assert_declares_its_calls(script);
+            assert_eq!(script.source.matches("redis.call('TIME')").count(), 1);
+            assert!(script.test_variant().is_ok());
+            assert!(script.source.starts_with(&format!("-- {}", script.name)));
+        }
+        // The header's bound is the constant the provider batches up to.
+        let bound = format!("n < 1 or n > {BATCH_MAX} ");
+        assert!(BATCH.source.contains(&bound), "{bound}");
     }
 
     #[test]
@@ -320,8 +391,23 @@ mod tests {
             .expect("valid policy")
     }
 
+    /// Reads `arguments` back by the widths of the program headers.
+    fn unpacked(bytes: &[u8], widths: &[usize]) -> Vec<u64> {
+        assert_eq!(bytes.len(), widths.iter().sum::<usize>());
+        let mut at = 0;
+        widths
+            .iter()
+            .map(|w| {
+                let mut b = [0u8; 8];
+                b[..*w].copy_from_slice(&bytes[at..at + w]);
+                at += w;
+                u64::from_le_bytes(b)
+            })
+            .collect()
+    }
+
     #[test]
-    fn arguments_follow_the_documented_order() {
+    fn arguments_follow_the_documented_order_and_widths() {
         let tb = policy(
             AlgorithmSpec::TokenBucket {
                 capacity: 100,
@@ -331,7 +417,8 @@ mod tests {
             10,
         );
         // scale = 1000 / gcd(10, 1000) = 100, units_per_ms = 10 / 10 = 1.
-        assert_eq!(arguments(&tb), vec![7, 2000, 60_000, 100, 100, 1]);
+        let got = unpacked(&arguments(&tb), &[4, 5, 5, 7, 5, 7]);
+        assert_eq!(got, vec![7, 2000, 60_000, 100, 100, 1]);
         let gcra = policy(
             AlgorithmSpec::Gcra {
                 limit: 100,
@@ -341,7 +428,8 @@ mod tests {
             5,
         );
         // g = gcd(100, 60000) = 100: units_per_ms = 1, interval_units = 600.
-        assert_eq!(arguments(&gcra), vec![7, 2000, 60_000, 20, 600, 1]);
+        let got = unpacked(&arguments(&gcra), &[4, 5, 5, 7, 5, 7]);
+        assert_eq!(got, vec![7, 2000, 60_000, 20, 600, 1]);
         let fw = policy(
             AlgorithmSpec::FixedWindow {
                 limit: 5,
@@ -349,6 +437,65 @@ mod tests {
             },
             5,
         );
-        assert_eq!(arguments(&fw), vec![7, 2000, 60_000, 5, 1500]);
+        let got = unpacked(&arguments(&fw), &[4, 5, 5, 7, 5]);
+        assert_eq!(got, vec![7, 2000, 60_000, 5, 1500]);
+        assert_eq!(pack_cost(3), [3, 0, 0, 0, 0, 0, 0]);
+    }
+
+    /// The widths of `fields` are the formats the program headers document, so the two
+    /// cannot drift apart: each header's format string is read back here.
+    #[test]
+    fn widths_are_the_headers_formats() {
+        for p in &PROGRAMS {
+            let s = p.script.source;
+            let (_, rest) = s.split_once("format '<").expect("a packed format");
+            let (format, _) = rest.split_once('\'').expect("a closed format");
+            let widths: Vec<usize> = format
+                .split('I')
+                .filter(|w| !w.is_empty())
+                .map(|w| w.parse().expect("a width"))
+                .collect();
+            let spec = match p.algorithm {
+                AlgorithmKind::TokenBucket => AlgorithmSpec::TokenBucket {
+                    capacity: 10,
+                    refill_amount: 1,
+                    refill_interval: Duration::from_secs(1),
+                },
+                AlgorithmKind::Gcra => AlgorithmSpec::Gcra {
+                    limit: 10,
+                    period: Duration::from_secs(1),
+                    burst: 10,
+                },
+                AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow {
+                    limit: 10,
+                    window: Duration::from_secs(1),
+                },
+                AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow {
+                    limit: 10,
+                    window: Duration::from_secs(1),
+                },
+                _ => AlgorithmSpec::SlidingLog {
+                    limit: 10,
+                    window: Duration::from_secs(1),
+                },
+            };
+            let ours: Vec<usize> = std::iter::once(COST_WIDTH)
+                .chain(fields(&policy(spec, 1)).into_iter().map(|(_, w)| w))
+                .collect();
+            assert_eq!(ours, widths, "{}", p.script.name);
+            // The header's length check is the sum of the widths.
+            let len = format!("#A ~= {}", widths.iter().sum::<usize>());
+            assert!(s.contains(&len), "{}: {len}", p.script.name);
+        }
+    }
+
+    #[test]
+    fn a_value_wider_than_its_field_empties_the_arguments() {
+        // No validated policy holds one; the program refuses an empty string as INVALID.
+        assert_eq!(
+            pack(&[((1 << 40) - 1, 5), (1, 2)]),
+            [255, 255, 255, 255, 255, 1, 0]
+        );
+        assert!(pack(&[(1, 2), (1 << 40, 5)]).is_empty());
     }
 }

@@ -32,7 +32,7 @@
 //!
 //! ## Multi-limit evaluations and evaluation ids
 //!
-//! `evaluate_all` sends one call of `lua/rate-multi-v1.lua` with every member's key (and,
+//! `evaluate_all` sends one call of `lua/rate-multi-v2.lua` with every member's key (and,
 //! with an evaluation id, the replay key under the first member's hash tag), so the members
 //! are decided at one `TIME` and charged together or not at all, and a retried id answers
 //! the stored first decision (`replayed`). `evaluate` with an evaluation id is a one-member
@@ -96,33 +96,38 @@ struct Plan {
     /// The algorithm's code in the multi program's arguments.
     code: u64,
     keys: PolicyKeys,
-    /// How many arguments follow the key (`ARGV[1]` the cost, then `ARGV[2..]`).
-    argc: usize,
-    /// `ARGV[2..]`, already encoded as RESP bulk strings.
-    args_resp: Vec<u8>,
+    /// `ARGV[1]` after the cost: the policy's packed fields.
+    packed: Vec<u8>,
+    /// The RESP bulk header of `ARGV[1]` (`$<len>\r\n`), whose length the cost never changes.
+    bulk_header: Vec<u8>,
     /// The policy's clock metrics, fed by every reply of its member.
     clock: ClockMetrics,
 }
 
 impl Plan {
     fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
-        let args = programs::arguments(policy);
-        let mut args_resp = Vec::new();
-        for a in &args {
-            resp::write_bulk_u64(&mut args_resp, *a);
-        }
+        let packed = programs::arguments(policy);
+        let bulk_header = format!("${}\r\n", programs::COST_WIDTH + packed.len()).into_bytes();
         Ok(Self {
             program: programs::program(policy.kind()),
             code: programs::algorithm_code(policy.kind()),
             keys: PolicyKeys::new(prefix, policy)?,
-            argc: 1 + args.len(),
-            args_resp,
+            packed,
+            bulk_header,
             clock: ClockMetrics::new(policy.id()),
         })
     }
+
+    /// Appends `ARGV[1]` for `cost` as one RESP bulk string: the cost, then the fields.
+    fn write_arguments(&self, out: &mut Vec<u8>, cost: u64) {
+        out.extend_from_slice(&self.bulk_header);
+        out.extend_from_slice(&programs::pack_cost(cost));
+        out.extend_from_slice(&self.packed);
+        out.extend_from_slice(b"\r\n");
+    }
 }
 
-/// One evaluation's program call: `1 key cost args...` after `EVALSHA sha1`.
+/// One evaluation's program call: `1 key packed-arguments` after `EVALSHA sha1`.
 struct Evaluation<'a> {
     plan: &'a Plan,
     key: &'a str,
@@ -131,14 +136,13 @@ struct Evaluation<'a> {
 
 impl ScriptArgs for Evaluation<'_> {
     fn count(&self) -> usize {
-        2 + self.plan.argc
+        3
     }
 
     fn write(&self, out: &mut Vec<u8>) {
         out.extend_from_slice(b"$1\r\n1\r\n");
         resp::write_bulk(out, self.key.as_bytes());
-        resp::write_bulk_u64(out, self.cost);
-        out.extend_from_slice(&self.plan.args_resp);
+        self.plan.write_arguments(out, self.cost);
     }
 
     /// Only an allow consumed quota; a denial wrote nothing worth waiting for.
@@ -147,8 +151,8 @@ impl ScriptArgs for Evaluation<'_> {
     }
 }
 
-/// One multi-limit program call: `n+r keys... n window (code argc cost args...)...` after
-/// `EVALSHA sha1`, `r` = 1 with a replay key.
+/// One multi-limit program call: `n+r keys... header (code packed-arguments)...` after
+/// `EVALSHA sha1`, `r` = 1 with a replay key; the header packs `n` and the replay window.
 struct MultiCall<'a> {
     /// Each member's plan, state key and cost.
     members: Vec<(&'a Plan, String, u64)>,
@@ -159,8 +163,7 @@ struct MultiCall<'a> {
 impl ScriptArgs for MultiCall<'_> {
     fn count(&self) -> usize {
         let keys = self.members.len() + usize::from(self.replay.is_some());
-        let args: usize = self.members.iter().map(|(p, _, _)| 2 + p.argc).sum();
-        1 + keys + 2 + args
+        1 + keys + 1 + 2 * self.members.len()
     }
 
     fn write(&self, out: &mut Vec<u8>) {
@@ -172,13 +175,11 @@ impl ScriptArgs for MultiCall<'_> {
         if let Some((key, _)) = &self.replay {
             resp::write_bulk(out, key.as_bytes());
         }
-        resp::write_bulk_u64(out, self.members.len() as u64);
-        resp::write_bulk_u64(out, self.replay.as_ref().map_or(0, |(_, w)| *w));
+        let window = self.replay.as_ref().map_or(0, |(_, w)| *w);
+        resp::write_bulk(out, &programs::multi_header(self.members.len(), window));
         for (plan, _, cost) in &self.members {
             resp::write_bulk_u64(out, plan.code);
-            resp::write_bulk_u64(out, plan.argc as u64);
-            resp::write_bulk_u64(out, *cost);
-            out.extend_from_slice(&plan.args_resp);
+            plan.write_arguments(out, *cost);
         }
     }
 
@@ -457,7 +458,7 @@ impl EdgeRateLimitPort for RedisProvider {
         Ok(outcome)
     }
 
-    /// One call of `lua/rate-multi-v1.lua` for every member (and the evaluation id's replay
+    /// One call of `lua/rate-multi-v2.lua` for every member (and the evaluation id's replay
     /// key), so the members are decided and charged together, and a retried id answers the
     /// stored first decision. On a cluster the keys must share one slot (members of one
     /// subject do); otherwise the request is refused before anything is sent.

@@ -1,4 +1,4 @@
-//! The strict parser of the multi-limit program's reply (`lua/rate-multi-v1.lua`), and its
+//! The strict parser of the multi-limit program's reply (`lua/rate-multi-v2.lua`), and its
 //! mapping to a [`MultiOutcome`].
 //!
 //! Pure, like [`crate::reply`], whose seven-field parser reads every member's row. The reply

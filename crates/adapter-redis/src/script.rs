@@ -37,7 +37,7 @@ pub(crate) use embedded;
 /// One embedded Lua program and what is known about it.
 #[derive(Debug)]
 pub struct Script {
-    /// File name in `lua/`, e.g. `rate-token-bucket-v1.lua`.
+    /// File name in `lua/`, e.g. `rate-token-bucket-v2.lua`.
     pub name: &'static str,
     /// The exact source sent with `EVAL` and hashed for `EVALSHA`.
     pub source: &'static str,

@@ -52,7 +52,7 @@ fn subject(n: u64) -> SubjectDigest {
     SubjectDigest::from_bytes(bytes)
 }
 
-/// `EVAL source 1 key cost args...`: the provider's `Plan::command` with EVAL.
+/// `EVAL source 1 key packed-arguments`: the provider's call with EVAL.
 fn eval_rate(
     con: &mut redis::Connection,
     policy: &RateLimitPolicy,
@@ -61,11 +61,10 @@ fn eval_rate(
     let mut cmd = redis::cmd("EVAL");
     cmd.arg(programs::program(policy.kind()).script.source)
         .arg(1)
-        .arg(key)
-        .arg(1);
-    for a in programs::arguments(policy) {
-        cmd.arg(a);
-    }
+        .arg(key);
+    let mut packed = programs::pack_cost(1).to_vec();
+    packed.extend(programs::arguments(policy));
+    cmd.arg(packed);
     cmd.query(con)
 }
 

@@ -12,8 +12,8 @@ use std::net::TcpStream;
 use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Layout, Loaded, Program, Reply, TEST_TIME_SOURCE, arguments, decode_state, dump, encode_state,
-    encode_state_as, get_raw, layout_of, pttl, server_time_ms,
+    Layout, Loaded, Program, Reply, TEST_TIME_SOURCE, argument_fields, arguments, decode_state,
+    dump, encode_state, encode_state_as, get_raw, layout_of, pack, pttl, server_time_ms,
 };
 use acceptance_tests::rate::{TestPolicy, algorithm};
 use acceptance_tests::redis_server::RedisServer;
@@ -73,8 +73,8 @@ fn key(program: Program, test: &str) -> String {
     format!("rl:{{ev}}{}:{test}", program.file_name())
 }
 
-fn with_now(mut args: Vec<String>, now: u64) -> Vec<String> {
-    args.push(now.to_string());
+fn with_now(mut args: Vec<Vec<u8>>, now: u64) -> Vec<Vec<u8>> {
+    args.push(now.to_string().into_bytes());
     args
 }
 
@@ -486,71 +486,80 @@ fn token_refill_remainder_carries() {
     }
 }
 
-/// Arguments that are missing, not decimal integers, or out of range for `program`.
-fn malformed_arguments(program: Program) -> Vec<(String, Vec<String>)> {
-    let good: Vec<String> = arguments(&policy(program), 1);
-    let mut v: Vec<(String, Vec<String>)> = Vec::new();
-    let mut with = |what: &str, i: usize, value: &str| {
-        let mut a = good.clone();
-        a[i] = value.to_string();
-        v.push((format!("{what} (ARGV[{}] = {value:?})", i + 1), a));
+/// Arguments that are missing, not of the packed length, or hold a field out of range for
+/// `program`.
+fn malformed_arguments(program: Program) -> Vec<(String, Vec<Vec<u8>>)> {
+    let good = argument_fields(&policy(program), 1);
+    let packed = pack(&good);
+    let mut v: Vec<(String, Vec<Vec<u8>>)> = Vec::new();
+    let mut with = |what: &str, changes: &[(usize, u64)]| {
+        let mut f = good.clone();
+        for &(i, value) in changes {
+            f[i].0 = value;
+        }
+        v.push((format!("{what} ({changes:?})"), vec![pack(&f)]));
     };
-    for (i, _) in good.iter().enumerate() {
-        for bad in [
-            "",
-            "x",
-            "1.5",
-            "-1",
-            "0x10",
-            "1e3",
-            " 1",
-            "1 ",
-            "+1",
-            "99999999999999999",
-        ] {
-            with("not a decimal integer", i, bad);
-        }
-    }
-    with("cost 0", 0, "0");
-    with("cost above the limit", 0, "6");
-    with("revision 0", 1, "0");
-    with("revision above 2^32-1", 1, "4294967296");
-    with("regression above 2^40-1", 2, "1099511627776");
-    with("grace above 2^40-1", 3, "1099511627776");
-    with("limit 0", 4, "0");
-    with("limit above 2^53-1", 4, "9007199254740992");
-    with("second parameter 0", 5, "0");
+    with("cost 0", &[(0, 0)]);
+    with("cost above the limit", &[(0, 6)]);
+    with("revision 0", &[(1, 0)]);
+    with("limit 0", &[(4, 0)]);
+    with("second parameter 0", &[(5, 0)]);
     match program {
-        Program::FixedWindow | Program::SlidingLog => {
-            with("window above 2^40-1", 5, "1099511627776");
-        }
+        Program::FixedWindow => with("limit above 2^53-1", &[(4, 1 << 53)]),
+        Program::SlidingLog => with("sliding-log limit above 1000", &[(4, 1001)]),
         Program::SlidingCounter => {
-            with("limit above (2^53-1)/10^6", 4, "9007199255");
-            with("window above (2^53-1)/10^6", 5, "9007199255");
+            with("limit above (2^53-1)/10^6", &[(4, 9_007_199_255)]);
+            with("window above (2^53-1)/10^6", &[(5, 9_007_199_255)]);
         }
         Program::TokenBucket | Program::Gcra => {
-            with("third parameter 0", 6, "0");
-            with("scale above 2^40-1", 5, "1099511627776");
+            with("limit above 2^53-1", &[(4, 1 << 53)]);
+            with("third parameter 0", &[(6, 0)]);
+            with("third parameter above 2^53-1", &[(6, 1 << 53)]);
             // 2^52 * 3 > 2^53-1.
-            let mut a = good.clone();
-            a[4] = "4503599627370496".into();
-            a[5] = "3".into();
-            v.push(("product above 2^53-1".into(), a));
+            with("product above 2^53-1", &[(4, 1 << 52), (5, 3)]);
             // 5 * 2^39 units at 1 per ms take longer than 2^40-1 ms.
-            let mut a = good.clone();
-            a[5] = "549755813888".into();
-            a[6] = "1".into();
-            v.push(("full recovery longer than 2^40-1 ms".into(), a));
+            with(
+                "full recovery longer than 2^40-1 ms",
+                &[(5, 1 << 39), (6, 1)],
+            );
         }
     }
-    if program == Program::SlidingLog {
-        let mut a = good.clone();
-        a[4] = "1001".into();
-        v.push(("sliding-log limit above 1000".into(), a));
+    // Every field at the largest value its width holds, one at a time: refused where the
+    // width is wider than the field's range (cost, limit, a count above 2^53-1).
+    for (i, &(_, width)) in good.iter().enumerate() {
+        let max = if width == 8 {
+            u64::MAX
+        } else {
+            (1 << (8 * width)) - 1
+        };
+        let mut f = good.clone();
+        f[i].0 = max;
+        let valid = match (program, i) {
+            // revision 2^32-1, regression and grace 2^40-1 are in range; so is a window
+            // of 2^40-1 ms and a scale or interval of 2^40-1 (the product check refuses
+            // those here, as it must: capacity 5 times 2^40-1 units recovers too slowly).
+            (_, 1..=3) => true,
+            (Program::FixedWindow | Program::SlidingLog, 5) => true,
+            _ => false,
+        };
+        if !valid {
+            v.push((format!("field {i} at {max}"), vec![pack(&f)]));
+        }
     }
-    for n in 0..good.len() {
-        v.push((format!("only {n} arguments"), good[..n].to_vec()));
-    }
+    let mut short = packed.clone();
+    short.pop();
+    let mut long = packed.clone();
+    long.push(0);
+    v.push(("one byte short".into(), vec![short]));
+    v.push(("one byte long".into(), vec![long]));
+    v.push(("empty".into(), vec![Vec::new()]));
+    // The decimal arguments of the first version of the programs.
+    let decimal: Vec<Vec<u8>> = good
+        .iter()
+        .map(|(x, _)| x.to_string().into_bytes())
+        .collect();
+    v.push(("decimal arguments".into(), decimal));
+    v.push(("no argument".into(), Vec::new()));
     v
 }
 
@@ -616,7 +625,7 @@ fn production_time_prelude_returns_server_time() {
         assert_eq!(reply.effective_now_ms, reply.server_now_ms);
         // An extra trailing argument (the test build's `now`) does not move the clock.
         let mut args = arguments(&p, 1);
-        args.push("1".into());
+        args.push(b"1".to_vec());
         let reply = f.production.run(&mut f.con, &k, &args).expect("a reply");
         assert!(reply.server_now_ms >= after, "{}", program.file_name());
     }

@@ -1,4 +1,4 @@
-//! What the multi-limit program (`lua/rate-multi-v1.lua`) guarantees on its own, run directly
+//! What the multi-limit program (`lua/rate-multi-v2.lua`) guarantees on its own, run directly
 //! on a real redis-server with its production source: malformed headers and member
 //! arguments refused with `INVALID` and nothing written, a state key written by a single
 //! program read by it and the other way round, and an evaluation id's reply stored once and
@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Loaded, MULTI_SOURCE, MultiReply, Program, arguments, get_raw, multi_arguments,
+    Loaded, MULTI_SOURCE, MultiReply, Program, arguments, get_raw, multi_arguments, pack,
 };
 use acceptance_tests::rate::{TestPolicy, algorithm};
 use acceptance_tests::redis_server::RedisServer;
@@ -22,7 +22,7 @@ fn policy(kind: AlgorithmKind, limit: u64) -> RateLimitPolicy {
         .build()
 }
 
-fn call(con: &mut redis::Connection, script: &Loaded, keys: &[&str], args: &[String]) -> Value {
+fn call(con: &mut redis::Connection, script: &Loaded, keys: &[&str], args: &[Vec<u8>]) -> Value {
     script
         .command_keys(keys, args)
         .query(con)
@@ -37,34 +37,43 @@ fn malformed_headers_and_member_arguments_are_invalid_and_write_nothing() {
     let p = policy(AlgorithmKind::FixedWindow, 5);
     let good = multi_arguments(&[(&p, 1)], 0);
     let key = "rl:{mlti}invalid";
-    let mut bad: Vec<(Vec<String>, Vec<&str>)> = vec![
+    let mut bad: Vec<(Vec<Vec<u8>>, Vec<&str>)> = vec![
         (vec![], vec![key]),
         (good.clone(), vec![key, "rl:{mlti}extra"]),
         (good.clone(), vec![]),
     ];
+    let header = |n: u64, window: u64| pack(&[(n, 1), (window, 4)]);
+    let mut short_header = good[0].clone();
+    short_header.pop();
+    let mut long_header = good[0].clone();
+    long_header.push(0);
     for (at, value) in [
-        (0, "0"),
-        (0, "9"),
-        (0, "1.0"),
-        (0, "-1"),
-        (1, "86400001"),
-        (1, " 1"),
-        (2, "0"),
-        (2, "6"),
-        (2, "03"),
-        (3, "0"),
-        (3, "17"),
-        (3, "x"),
+        (0, header(0, 0)),
+        (0, header(9, 0)),
+        (0, header(1, 86_400_001)),
+        (0, short_header),
+        (0, long_header),
+        (0, b"1".to_vec()),
+        (1, b"0".to_vec()),
+        (1, b"6".to_vec()),
+        (1, b"03".to_vec()),
+        (1, b"x".to_vec()),
+        (1, Vec::new()),
+        // Token-bucket arguments are 40 bytes; these are a fixed window's 33.
+        (1, b"3".to_vec()),
+        (2, Vec::new()),
+        (2, b"1".to_vec()),
     ] {
         let mut args = good.clone();
-        args[at] = value.to_string();
+        args[at] = value;
         bad.push((args, vec![key]));
     }
-    // A member whose arguments stop short of its algorithm's.
-    let mut short = good.clone();
-    short[3] = "5".to_string();
-    short.truncate(4 + 5);
-    bad.push((short, vec![key]));
+    // A member's arguments missing.
+    bad.push((good[..2].to_vec(), vec![key]));
+    // Two members announced, one sent.
+    let mut two = good.clone();
+    two[0] = header(2, 0);
+    bad.push((two, vec![key, "rl:{mlti}second"]));
     for (args, keys) in bad {
         let reply = call(&mut con, &script, &keys, &args);
         let reply = MultiReply::parse(&reply).expect("a well-formed reply");

@@ -25,6 +25,7 @@ mod harness_redis_server;
 mod harness_sentinel;
 mod local_concurrency;
 mod local_conformance;
+mod lua_batch;
 mod lua_differential;
 mod lua_gate;
 mod lua_guarantees;

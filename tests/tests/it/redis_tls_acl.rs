@@ -485,7 +485,7 @@ async fn a_user_missing_a_permission_is_incompatible_from_the_first_request_and_
             without(&rate_rules, &["+set"]),
             vec![
                 "ACL user \"noset\" may not run SET on \"rl:*\" keys",
-                "rate-token-bucket-v1.lua",
+                "rate-token-bucket-v2.lua",
                 "grant +set ~rl:*",
             ],
         ),

@@ -1,4 +1,4 @@
--- rate-sliding-log-v1.lua: one sliding-log decision, atomically, on one key.
+-- rate-sliding-log-v2.lua: one sliding-log decision, atomically, on one key.
 --
 -- Mirrors shared-contract's model::sliding_log operation for operation: exact; it remembers
 -- every admitted (time, cost) still inside the window and admits iff the cost in
@@ -6,14 +6,16 @@
 -- docs/lua-programs.md.
 --
 -- KEYS[1]  the state key; no other key is touched.
--- ARGV     decimal integers (digits only):
---   [1] cost                     1..=limit
---   [2] revision                 1..=2^32-1, recorded in state
---   [3] max_clock_regression_ms  0..=2^40-1
---   [4] cleanup_grace_ms         0..=2^40-1
---   [5] limit                    1..=1000 (bounds the entries, so memory and work)
---   [6] window_ms                1..=2^40-1
---   Arguments after [6] are ignored (the test build reads `now` from the last one).
+-- ARGV[1]  the arguments packed in one string of 28 bytes: unsigned little-endian
+--          integers (Redis's struct library, format '<I7I4I5I5I2I5'), in this order:
+--   cost                     I7  1..=limit
+--   revision                 I4  1..=2^32-1, recorded in state
+--   max_clock_regression_ms  I5  0..=2^40-1
+--   cleanup_grace_ms         I5  0..=2^40-1
+--   limit                    I2  1..=1000 (bounds the entries, so memory and work)
+--   window_ms                I5  1..=2^40-1
+--   A width caps its field (I5: 2^40-1), so only the bounds a width does not imply are
+--   checked. Arguments after [1] are ignored (the test build reads `now` from the last one).
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
@@ -23,8 +25,8 @@
 --                       regression; nothing written
 --   STATE_INCOMPATIBLE  the key holds another type, or a value that is not this schema,
 --                       algorithm and revision, or a field out of range; nothing written
---   INVALID             an argument is missing, not a decimal integer or out of range (also
---                       a clock beyond 2^48-1 ms); nothing written
+--   INVALID             ARGV[1] is missing or not of its length, or a field is out of range
+--                       (also a clock beyond 2^48-1 ms); nothing written
 --   For STATE_INCOMPATIBLE and INVALID every numeric field but server_now_ms is 0.
 --
 -- State: one string of unsigned little-endian integers (Redis's struct library): a header,
@@ -43,23 +45,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
--- new closure per call, and argument checks dominate the cost of a call.
+-- new closure per call.
 local floor = math.floor
-local argv = ARGV
-local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
--- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
--- arguments at once, which is why each is first checked to be non-empty.
-if not a6 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-  or a6 == ''
-  or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
+local A = ARGV[1]
+-- One length check stands for the arity and type checks of separate arguments.
+if #KEYS ~= 1 or not A or #A ~= 28 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
--- A decimal string beyond 2^53 converts inexactly but still above every bound.
-local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-local limit, window = a5 + 0, a6 + 0
-if cost < 1 or cost > limit or revision < 1 or revision > 4294967295
-  or max_regression > 1099511627775 or grace > 1099511627775
-  or limit > 1000 or window < 1 or window > 1099511627775
+local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I2I5', A)
+-- A field beyond 2^53 unpacks inexactly but still above every bound.
+if cost < 1 or cost > limit or revision < 1 or limit > 1000 or window < 1
   or now > 281474976710655 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end

@@ -1,4 +1,4 @@
--- rate-multi-v1.lua: 1..=8 rate-limit decisions of mixed algorithms, all or nothing, in one
+-- rate-multi-v2.lua: 1..=8 rate-limit decisions of mixed algorithms, all or nothing, in one
 -- call, with an optional evaluation id that makes a retry answer the first decision again.
 --
 -- Mirrors shared-contract's model::multi::evaluate_all: every member is decided exactly as
@@ -7,23 +7,22 @@
 -- written only when every member admits. Calling convention: docs/lua-programs.md.
 --
 -- KEYS     [1..n] the members' state keys, in member order; [n+1] the replay key, present
---          exactly when ARGV[2] > 0. No other key is touched.
--- ARGV     decimal integers (digits only):
---   [1] n                  1..=8, the number of members
---   [2] replay_window_ms   0 (no evaluation id) or 1..=86400000, the replay key's PX
---   then per member, in order:
---   [.] algorithm          1 fixed window, 2 sliding counter, 3 token bucket, 4 GCRA,
---                          5 sliding log
---   [.] argc               1..=16, how many arguments follow for this member
---   [.] argc arguments     exactly ARGV[1..] of the member's single program (cost,
+--          exactly when replay_window_ms > 0. No other key is touched.
+-- ARGV     [1] the header, 5 bytes packed like a single program's arguments ('<I1I4'):
+--   n                  I1  1..=8, the number of members
+--   replay_window_ms   I4  0 (no evaluation id) or 1..=86400000, the replay key's PX
+--   then two per member, in order:
+--   [.] algorithm          decimal: 1 fixed window, 2 sliding counter, 3 token bucket,
+--                          4 GCRA, 5 sliding log
+--   [.] arguments          exactly ARGV[1] of the member's single program (its packed cost,
 --                          revision, max_clock_regression_ms, cleanup_grace_ms, parameters)
 --   Arguments after the last member are ignored (the test build reads `now` from the last).
 --
 -- Reply: {status, replayed, index, row_1, ..., row_n}; status a bulk string, replayed 0 or 1,
 --   index 0 or the 1-based member (n+1: the replay key) the status concerns, and row_i the
 --   member's seven-field reply exactly as its single program answers it (a nested array;
---   every row is present unless nothing was evaluated: an INVALID header, algorithm code
---   or argument count, or a STATE_INCOMPATIBLE replay key (index n+1) has no rows).
+--   every row is present unless nothing was evaluated: an INVALID header or algorithm code
+--   or missing arguments, or a STATE_INCOMPATIBLE replay key (index n+1) has no rows).
 --   ALLOWED             every member admitted; every member's state written (SET ... PX)
 --   DENIED              a member denied; nothing written (admitting rows still say ALLOWED)
 --   CLOCK_UNSAFE        member `index` (the first such) saw TIME too far behind its state;
@@ -31,8 +30,8 @@
 --   STATE_INCOMPATIBLE  member `index` (the first refused one) holds state of another type,
 --                       schema, algorithm or revision, or index n+1: the replay key holds
 --                       something this program did not write; nothing written
---   INVALID             the header or member `index`'s arguments are not acceptable;
---                       nothing written
+--   INVALID             the header, or member `index`'s algorithm or arguments, are not
+--                       acceptable; nothing written
 --   STATE_INCOMPATIBLE and INVALID take precedence over CLOCK_UNSAFE (as in the model, a
 --   refused member refuses the whole evaluation). An ALLOWED or DENIED reply is stored
 --   under the replay key (when present) and answered again, with replayed = 1, to every
@@ -54,24 +53,16 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- of adapter-redis (programs.rs) holds this section to the single programs, and rewrites it
 -- with RL_WRITE_MULTI_LUA=1.
 -- @generated begin
--- @member fixed_window begin: generated from rate-fixed-window-v1.lua
-local function member_1(ARGV, now, RAW)
+-- @member fixed_window begin: generated from rate-fixed-window-v2.lua
+local function member_1(A, now, RAW)
   local floor = math.floor
-  local argv = ARGV
-  local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
-  -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
-  -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-    or a6 == ''
-    or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 33 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  -- A decimal string beyond 2^53 converts inexactly but still above every bound.
-  local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-  local limit, window = a5 + 0, a6 + 0
-  if cost < 1 or cost > limit or revision < 1 or revision > 4294967295
-    or max_regression > 1099511627775 or grace > 1099511627775
-    or limit > 9007199254740991 or window < 1 or window > 1099511627775
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
     or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
@@ -131,25 +122,17 @@ local function member_1(ARGV, now, RAW)
   return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
 end
 -- @member fixed_window end
--- @member sliding_window begin: generated from rate-sliding-counter-v1.lua
-local function member_2(ARGV, now, RAW)
+-- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
+local function member_2(A, now, RAW)
   local floor = math.floor
-  local argv = ARGV
-  local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
-  -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
-  -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-    or a6 == ''
-    or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 31 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  -- A decimal string beyond 2^53 converts inexactly but still above every bound.
-  local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-  local limit, window = a5 + 0, a6 + 0
-  if cost < 1 or cost > limit or revision < 1 or revision > 4294967295
-    or max_regression > 1099511627775 or grace > 1099511627775
-    or limit > 9007199254 or window < 1 or window > 9007199254
-    or now > 281474976710655 then
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I5I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 9007199254 or window < 1
+    or window > 9007199254 or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
 
@@ -283,24 +266,17 @@ local function member_2(ARGV, now, RAW)
   return { 'DENIED', now, eff, limit, available, retry, reset_at }
 end
 -- @member sliding_window end
--- @member token_bucket begin: generated from rate-token-bucket-v1.lua
-local function member_3(ARGV, now, RAW)
+-- @member token_bucket begin: generated from rate-token-bucket-v2.lua
+local function member_3(A, now, RAW)
   local floor = math.floor
-  local argv = ARGV
-  local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
-  -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
-  -- arguments at once, which is why each is first checked to be non-empty.
-  if not a7 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-    or a6 == '' or a7 == ''
-    or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6 .. a7, '^%d+$') then
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 40 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  -- A decimal string beyond 2^53 converts inexactly but still above every bound.
-  local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-  local capacity, scale, rate = a5 + 0, a6 + 0, a7 + 0
-  if cost < 1 or cost > capacity or revision < 1 or revision > 4294967295
-    or max_regression > 1099511627775 or grace > 1099511627775
-    or capacity > 9007199254740991 or scale < 1 or scale > 1099511627775
+  local cost, revision, max_regression, grace, capacity, scale, rate =
+    struct.unpack('<I7I4I5I5I7I5I7', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > capacity or revision < 1 or capacity > 9007199254740991 or scale < 1
     or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
@@ -390,24 +366,17 @@ local function member_3(ARGV, now, RAW)
   return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, to_full + grace
 end
 -- @member token_bucket end
--- @member gcra begin: generated from rate-gcra-v1.lua
-local function member_4(ARGV, now, RAW)
+-- @member gcra begin: generated from rate-gcra-v2.lua
+local function member_4(A, now, RAW)
   local floor = math.floor
-  local argv = ARGV
-  local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
-  -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
-  -- arguments at once, which is why each is first checked to be non-empty.
-  if not a7 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-    or a6 == '' or a7 == ''
-    or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6 .. a7, '^%d+$') then
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 40 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  -- A decimal string beyond 2^53 converts inexactly but still above every bound.
-  local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-  local burst, interval, rate = a5 + 0, a6 + 0, a7 + 0
-  if cost < 1 or cost > burst or revision < 1 or revision > 4294967295
-    or max_regression > 1099511627775 or grace > 1099511627775
-    or burst > 9007199254740991 or interval < 1 or interval > 1099511627775
+  local cost, revision, max_regression, grace, burst, interval, rate =
+    struct.unpack('<I7I4I5I5I7I5I7', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > burst or revision < 1 or burst > 9007199254740991 or interval < 1
     or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
@@ -498,24 +467,16 @@ local function member_4(ARGV, now, RAW)
   return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, to_reset + grace
 end
 -- @member gcra end
--- @member sliding_log begin: generated from rate-sliding-log-v1.lua
-local function member_5(ARGV, now, RAW)
+-- @member sliding_log begin: generated from rate-sliding-log-v2.lua
+local function member_5(A, now, RAW)
   local floor = math.floor
-  local argv = ARGV
-  local a1, a2, a3, a4, a5, a6 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6]
-  -- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
-  -- arguments at once, which is why each is first checked to be non-empty.
-  if not a6 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-    or a6 == ''
-    or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6, '^%d+$') then
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 28 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  -- A decimal string beyond 2^53 converts inexactly but still above every bound.
-  local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-  local limit, window = a5 + 0, a6 + 0
-  if cost < 1 or cost > limit or revision < 1 or revision > 4294967295
-    or max_regression > 1099511627775 or grace > 1099511627775
-    or limit > 1000 or window < 1 or window > 1099511627775
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I2I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 1000 or window < 1
     or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
@@ -636,11 +597,11 @@ local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member
 -- @generated end
 
 local argv = ARGV
-local h1, h2 = argv[1], argv[2]
-if not h2 or h1 == '' or h2 == '' or not string.find(h1 .. h2, '^%d+$') then
+local h = argv[1]
+if not h or #h ~= 5 then
   return { 'INVALID', 0, 0 }
 end
-local n, window = h1 + 0, h2 + 0
+local n, window = struct.unpack('<I1I4', h)
 local replay = window > 0
 if n < 1 or n > 8 or window > 86400000 or #KEYS ~= (replay and n + 1 or n) then
   return { 'INVALID', 0, 0 }
@@ -688,17 +649,13 @@ local rows = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local values = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local ttls = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local refused, unsafe, admitted = 0, 0, true
-local at = 3
 for i = 1, n do
-  local f, argc = M[argv[at]], argv[at + 1]
-  if not f or not argc or not string.find(argc, '^%d%d?$') or argc + 0 < 1
-    or argc + 0 > 16 then
+  local f, a = M[argv[2 * i]], argv[2 * i + 1]
+  if not f or not a then
     return { 'INVALID', 0, i }
   end
-  local last = at + 1 + argc
   -- A wrong key type comes back as an error table, never raised.
-  local row, value, ttl = f({ unpack(argv, at + 2, last) }, now, redis.pcall('GET', KEYS[i]))
-  at = last + 1
+  local row, value, ttl = f(a, now, redis.pcall('GET', KEYS[i]))
   rows[i], values[i], ttls[i] = row, value, ttl
   local s = row[1]
   if s == 'INVALID' or s == 'STATE_INCOMPATIBLE' then

@@ -1,19 +1,21 @@
--- rate-token-bucket-v1.lua: one token-bucket decision, atomically, on one key.
+-- rate-token-bucket-v2.lua: one token-bucket decision, atomically, on one key.
 --
 -- Mirrors shared-contract's model::token_bucket operation for operation. Calling convention:
 -- docs/lua-programs.md.
 --
 -- KEYS[1]  the state key; no other key is touched.
--- ARGV     decimal integers (digits only):
---   [1] cost                     1..=capacity
---   [2] revision                 1..=2^32-1, recorded in state
---   [3] max_clock_regression_ms  0..=2^40-1
---   [4] cleanup_grace_ms         0..=2^40-1
---   [5] capacity                 1..=2^53-1 (tokens)
---   [6] scale                    1..=2^40-1 (units per token)
---   [7] units_per_ms             1..=2^53-1 (units added per ms)
+-- ARGV[1]  the arguments packed in one string of 40 bytes: unsigned little-endian
+--          integers (Redis's struct library, format '<I7I4I5I5I7I5I7'), in this order:
+--   cost                     I7  1..=capacity
+--   revision                 I4  1..=2^32-1, recorded in state
+--   max_clock_regression_ms  I5  0..=2^40-1
+--   cleanup_grace_ms         I5  0..=2^40-1
+--   capacity                 I7  1..=2^53-1 (tokens)
+--   scale                    I5  1..=2^40-1 (units per token)
+--   units_per_ms             I7  1..=2^53-1 (units added per ms)
 --   with capacity * scale <= 2^53-1 and ceil(capacity * scale / units_per_ms) <= 2^40-1.
---   Arguments after [7] are ignored (the test build reads `now` from the last one).
+--   A width caps its field (I5: 2^40-1), so only the bounds a width does not imply are
+--   checked. Arguments after [1] are ignored (the test build reads `now` from the last one).
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
@@ -23,8 +25,8 @@
 --                       regression; nothing written
 --   STATE_INCOMPATIBLE  the key holds another type, or a value that is not this schema,
 --                       algorithm and revision, or a field out of range; nothing written
---   INVALID             an argument is missing, not a decimal integer or out of range (also
---                       a clock beyond 2^48-1 ms); nothing written
+--   INVALID             ARGV[1] is missing or not of its length, or a field is out of range
+--                       (also a clock beyond 2^48-1 ms); nothing written
 --   For STATE_INCOMPATIBLE and INVALID every numeric field but server_now_ms is 0.
 --
 -- State: one string of unsigned little-endian integers (Redis's struct library), in one of
@@ -42,23 +44,17 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @time-source end
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
--- new closure per call, and argument checks dominate the cost of a call.
+-- new closure per call.
 local floor = math.floor
-local argv = ARGV
-local a1, a2, a3, a4, a5, a6, a7 = argv[1], argv[2], argv[3], argv[4], argv[5], argv[6], argv[7]
--- Digits only (no sign, space, point, exponent or hex): one anchored match over all the
--- arguments at once, which is why each is first checked to be non-empty.
-if not a7 or #KEYS ~= 1 or a1 == '' or a2 == '' or a3 == '' or a4 == '' or a5 == ''
-  or a6 == '' or a7 == ''
-  or not string.find(a1 .. a2 .. a3 .. a4 .. a5 .. a6 .. a7, '^%d+$') then
+local A = ARGV[1]
+-- One length check stands for the arity and type checks of separate arguments.
+if #KEYS ~= 1 or not A or #A ~= 40 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
--- A decimal string beyond 2^53 converts inexactly but still above every bound.
-local cost, revision, max_regression, grace = a1 + 0, a2 + 0, a3 + 0, a4 + 0
-local capacity, scale, rate = a5 + 0, a6 + 0, a7 + 0
-if cost < 1 or cost > capacity or revision < 1 or revision > 4294967295
-  or max_regression > 1099511627775 or grace > 1099511627775
-  or capacity > 9007199254740991 or scale < 1 or scale > 1099511627775
+local cost, revision, max_regression, grace, capacity, scale, rate =
+  struct.unpack('<I7I4I5I5I7I5I7', A)
+-- A field beyond 2^53 unpacks inexactly but still above every bound.
+if cost < 1 or cost > capacity or revision < 1 or capacity > 9007199254740991 or scale < 1
   or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end

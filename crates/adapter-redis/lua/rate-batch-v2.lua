@@ -1,0 +1,613 @@
+-- rate-batch-v2.lua: 1..=64 independent rate-limit decisions of mixed algorithms in one
+-- call, decided in order at one TIME reading, each exactly as its single program decides it.
+--
+-- A batch is what a provider sends when several requests for one node are ready at once:
+-- one call instead of one per request, so Redis runs the command, the TIME read and the
+-- reply once. Member i is decided after members 1..i-1 were decided and written, so a key
+-- that appears twice is decided twice, the second time on the state the first left
+-- (exactly the single program called twice in that order). Calling convention:
+-- docs/lua-programs.md.
+--
+-- KEYS     [1..n] the members' state keys, in member order (a key may repeat). No other key
+--          is touched.
+-- ARGV     [1] the header, 1 byte packed like a single program's arguments ('<I1'):
+--   n                  I1  1..=64, the number of members
+--   then two per member, in order:
+--   [.] algorithm          decimal: 1 fixed window, 2 sliding counter, 3 token bucket,
+--                          4 GCRA, 5 sliding log
+--   [.] arguments          exactly ARGV[1] of the member's single program (its packed cost,
+--                          revision, max_clock_regression_ms, cleanup_grace_ms, parameters)
+--   Arguments after the last member are ignored (the test build reads `now` from the last).
+--
+-- Reply: {status, row_1, ..., row_n}; status a bulk string, row_i the member's seven-field
+--   reply exactly as its single program answers it (a nested array).
+--   DECIDED             every member was decided; each row says how (ALLOWED written with
+--                       SET ... PX, DENIED, CLOCK_UNSAFE, STATE_INCOMPATIBLE or INVALID
+--                       untouched). A member with an unknown algorithm code or bad
+--                       arguments is refused alone (its row INVALID); its neighbours are
+--                       decided as if it were not there.
+--   INVALID             the header is not acceptable, the key count is not n, or fewer
+--                       arguments than 2n follow it; no rows, nothing written
+--
+-- State: one string per member key, exactly as the single programs write it.
+
+-- @time-source begin
+local t = redis.call('TIME')
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+-- @time-source end
+
+-- The member functions, and M: each of them under its algorithm code as ARGV spells it.
+-- Each is the body of one single program after its time block, given its key's value (RAW)
+-- instead of reading it, and handing back the value and TTL of its one SET with its allow.
+-- Generated: a unit test of adapter-redis (programs.rs) holds this section to the single
+-- programs, and rewrites it with RL_WRITE_MULTI_LUA=1.
+-- @generated begin
+-- @member fixed_window begin: generated from rate-fixed-window-v2.lua
+local function member_1(A, now, RAW)
+  local floor = math.floor
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 33 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
+    or now > 281474976710655 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = RAW
+  local last, stored
+  if raw then
+    local n = type(raw) == 'string' and #raw
+    local tag, rev
+    if n == 12 then
+      tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
+      if tag ~= 0x91 then
+        n = nil
+      end
+    elseif n == 18 then
+      tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
+      if tag ~= 0x11 then
+        n = nil
+      end
+    else
+      n = nil
+    end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    if not n or rev ~= revision or stored > limit then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+  end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
+  local eff = now
+  if last and now < last then
+    if last - now > max_regression then
+      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+    end
+    eff = last
+  end
+
+  local window_start = eff - (eff - floor(eff / window) * window)
+  local reset_at = window_start + window
+  local count = 0
+  if last and last >= window_start then
+    count = stored
+  end
+  local available = limit - count
+  if cost > available then
+    return { 'DENIED', now, eff, limit, available, reset_at - eff, reset_at }
+  end
+
+  count = count + cost
+  local value
+  if revision < 256 and count < 4294967296 then
+    value = struct.pack('<BI6I1I4', 0x91, eff, revision, count)
+  else
+    value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
+  end
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
+end
+-- @member fixed_window end
+-- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
+local function member_2(A, now, RAW)
+  local floor = math.floor
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 31 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I5I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 9007199254 or window < 1
+    or window > 9007199254 or now > 281474976710655 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+
+  local S = 1000000 -- fixed-point scale of the previous window's weight
+
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = RAW
+  local last, s_previous, s_current
+  if raw then
+    local n = type(raw) == 'string' and #raw
+    local tag, rev
+    if n == 12 then
+      tag, last, rev, s_previous, s_current = struct.unpack('<BI6I1I2I2', raw)
+      if tag ~= 0x92 then
+        n = nil
+      end
+    elseif n == 21 then
+      tag, last, rev, s_previous, s_current = struct.unpack('<BI6I4I5I5', raw)
+      if tag ~= 0x12 then
+        n = nil
+      end
+    else
+      n = nil
+    end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    if not n or rev ~= revision or s_previous > limit or s_current > limit then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+  end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
+  local eff = now
+  if last and now < last then
+    if last - now > max_regression then
+      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+    end
+    eff = last
+  end
+
+  local w = window
+  local elapsed = eff - floor(eff / w) * w
+  local window_start = eff - elapsed
+  local previous, current = 0, 0
+  if last then
+    local last_start = last - (last - floor(last / w) * w)
+    if last_start == window_start then
+      previous, current = s_previous, s_current
+    elseif last_start + w == window_start then
+      previous = s_current
+    end
+  end
+  -- weight = ceil((w - elapsed) * S / w); estimate = ceil(previous * weight / S) + current.
+  local scaled = (w - elapsed) * S
+  local weight = floor(scaled / w)
+  if scaled - weight * w ~= 0 then
+    weight = weight + 1
+  end
+  local weighted = previous * weight
+  local estimate = floor(weighted / S)
+  if weighted - estimate * S ~= 0 then
+    estimate = estimate + 1
+  end
+  estimate = estimate + current
+  -- Only planted state can push the estimate past the limit; it then admits nothing.
+  local available = 0
+  if estimate < limit then
+    available = limit - estimate
+  end
+
+  if cost <= available then
+    current = current + cost
+    local reset_at = window_start + 2 * w
+    local value
+    if revision < 256 and previous < 65536 and current < 65536 then
+      value = struct.pack('<BI6I1I2I2', 0x92, eff, revision, previous, current)
+    else
+      value = struct.pack('<BI6I4I5I5', 0x12, eff, revision, previous, current)
+    end
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }, value, reset_at - eff + grace
+  end
+
+  local reset_at = eff
+  if current > 0 then
+    reset_at = window_start + 2 * w
+  elseif previous > 0 then
+    reset_at = window_start + w
+  end
+
+  -- Earliest offset e in [from, w) of a window where ceil(prev * weight(e) / S) <= room, or
+  -- nil when no offset of the window qualifies. (Defined here: only a denial needs it.)
+  local function first_offset(prev, room, from)
+    if prev == 0 then
+      return from
+    end
+    -- ceil(prev * weight / S) <= room  <=>  weight <= floor(room * S / prev) = m.
+    local m = floor(room * S / prev)
+    if m >= S then
+      return from
+    end
+    -- ceil((w - e) * S / w) <= m  <=>  w - e <= floor(m * w / S).
+    local e = w - floor(m * w / S)
+    if e < w then
+      if e < from then
+        return from
+      end
+      return e
+    end
+    return nil
+  end
+
+  -- The earliest time the estimate admits cost, assuming no other request: later in this
+  -- window (only if current leaves room), else in the next (previous := current), else at the
+  -- start of the one after (both counts gone).
+  local to_next = w - elapsed
+  local used = current + cost
+  local in_this = nil
+  if used <= limit then
+    in_this = first_offset(previous, limit - used, elapsed)
+  end
+  local retry
+  if in_this then
+    retry = in_this - elapsed
+  else
+    local e = first_offset(current, limit - cost, 0)
+    if e then
+      retry = to_next + e
+    else
+      retry = to_next + w
+    end
+  end
+  return { 'DENIED', now, eff, limit, available, retry, reset_at }
+end
+-- @member sliding_window end
+-- @member token_bucket begin: generated from rate-token-bucket-v2.lua
+local function member_3(A, now, RAW)
+  local floor = math.floor
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 40 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local cost, revision, max_regression, grace, capacity, scale, rate =
+    struct.unpack('<I7I4I5I5I7I5I7', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > capacity or revision < 1 or capacity > 9007199254740991 or scale < 1
+    or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  -- A product beyond 2^53 is inexact but still above 2^53-1, so this check is exact.
+  local capacity_units = capacity * scale
+  if capacity_units > 9007199254740991 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
+  local q = floor(capacity_units / rate)
+  if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = RAW
+  local last, stored
+  if raw then
+    local n = type(raw) == 'string' and #raw
+    local tag, rev
+    if n == 12 then
+      tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
+      if tag ~= 0x93 then
+        n = nil
+      end
+    elseif n == 18 then
+      tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
+      if tag ~= 0x13 then
+        n = nil
+      end
+    else
+      n = nil
+    end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    if not n or rev ~= revision or stored > capacity_units then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+  end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
+  local eff = now
+  if last and now < last then
+    if last - now > max_regression then
+      return { 'CLOCK_UNSAFE', now, last, capacity, 0, last - now, last }
+    end
+    eff = last
+  end
+
+  local tokens = capacity_units
+  if last then
+    local missing = capacity_units - stored
+    local elapsed = eff - last
+    -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
+    local m = floor(missing / rate)
+    if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
+      tokens = stored + elapsed * rate
+    end
+  end
+
+  local need = cost * scale
+  if need > tokens then
+    local short = need - tokens
+    local retry = floor(short / rate)
+    if short - retry * rate ~= 0 then
+      retry = retry + 1
+    end
+    local gap = capacity_units - tokens
+    local to_full = floor(gap / rate)
+    if gap - to_full * rate ~= 0 then
+      to_full = to_full + 1
+    end
+    return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }
+  end
+
+  local left = tokens - need
+  local gap = capacity_units - left
+  local to_full = floor(gap / rate)
+  if gap - to_full * rate ~= 0 then
+    to_full = to_full + 1
+  end
+  local value
+  if revision < 256 and left < 4294967296 then
+    value = struct.pack('<BI6I1I4', 0x93, eff, revision, left)
+  else
+    value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
+  end
+  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, to_full + grace
+end
+-- @member token_bucket end
+-- @member gcra begin: generated from rate-gcra-v2.lua
+local function member_4(A, now, RAW)
+  local floor = math.floor
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 40 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local cost, revision, max_regression, grace, burst, interval, rate =
+    struct.unpack('<I7I4I5I5I7I5I7', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > burst or revision < 1 or burst > 9007199254740991 or interval < 1
+    or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  -- A product beyond 2^53 is inexact but still above 2^53-1, so this check is exact.
+  local tolerance = burst * interval
+  if tolerance > 9007199254740991 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
+  local q = floor(tolerance / rate)
+  if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = RAW
+  local last, stored
+  if raw then
+    local n = type(raw) == 'string' and #raw
+    local tag, rev
+    if n == 12 then
+      tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
+      if tag ~= 0x94 then
+        n = nil
+      end
+    elseif n == 18 then
+      tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
+      if tag ~= 0x14 then
+        n = nil
+      end
+    else
+      n = nil
+    end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    if not n or rev ~= revision or stored > tolerance then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+  end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
+  local eff = now
+  if last and now < last then
+    if last - now > max_regression then
+      return { 'CLOCK_UNSAFE', now, last, burst, 0, last - now, last }
+    end
+    eff = last
+  end
+
+  local debt = 0
+  if last then
+    -- Paid off once elapsed * rate >= debt; the product is formed only when it is smaller.
+    local elapsed = eff - last
+    local paid = floor(stored / rate)
+    if stored - paid * rate ~= 0 then
+      paid = paid + 1
+    end
+    if elapsed < paid then
+      debt = stored - elapsed * rate
+    end
+  end
+
+  local need = cost * interval
+  local credit = tolerance - debt
+  if need > credit then
+    local short = need - credit
+    local retry = floor(short / rate)
+    if short - retry * rate ~= 0 then
+      retry = retry + 1
+    end
+    local to_reset = floor(debt / rate)
+    if debt - to_reset * rate ~= 0 then
+      to_reset = to_reset + 1
+    end
+    return { 'DENIED', now, eff, burst, floor(credit / interval), retry, eff + to_reset }
+  end
+
+  debt = debt + need
+  local to_reset = floor(debt / rate)
+  if debt - to_reset * rate ~= 0 then
+    to_reset = to_reset + 1
+  end
+  local value
+  if revision < 256 and debt < 4294967296 then
+    value = struct.pack('<BI6I1I4', 0x94, eff, revision, debt)
+  else
+    value = struct.pack('<BI6I4I7', 0x14, eff, revision, debt)
+  end
+  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, to_reset + grace
+end
+-- @member gcra end
+-- @member sliding_log begin: generated from rate-sliding-log-v2.lua
+local function member_5(A, now, RAW)
+  local floor = math.floor
+  -- One length check stands for the arity and type checks of separate arguments.
+  if not A or #A ~= 28 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I2I5', A)
+  -- A field beyond 2^53 unpacks inexactly but still above every bound.
+  if cost < 1 or cost > limit or revision < 1 or limit > 1000 or window < 1
+    or now > 281474976710655 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = RAW
+  local last
+  -- Entry times and costs, oldest first.
+  local times, costs, count = {}, {}, 0
+  if raw then
+    local n = type(raw) == 'string' and #raw
+    local v, k, tag, rev
+    -- The entry count follows from the length; it is bounded (by limit) before unpacking.
+    if n and n >= 8 and (n - 8) % 4 == 0 and (n - 8) / 4 <= limit
+      and string.byte(raw) == 0x95 then
+      k = (n - 8) / 4
+      v = { struct.unpack('<BI6I1' .. string.rep('I3I1', k), raw) }
+    elseif n and n >= 11 and (n - 11) % 7 == 0 and (n - 11) / 7 <= limit
+      and string.byte(raw) == 0x15 then
+      k = (n - 11) / 7
+      v = { struct.unpack('<BI6I4' .. string.rep('I5I2', k), raw) }
+    end
+    if not v or v[3] ~= revision then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    last = v[2]
+    local sum, prev_age = 0, nil
+    for j = 1, k do
+      local age, c = v[2 + 2 * j], v[3 + 2 * j]
+      if c == 0 or age > last or (prev_age and age >= prev_age) then
+        return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      end
+      sum = sum + c
+      prev_age = age
+      times[j] = last - age
+      costs[j] = c
+    end
+    if sum > limit then
+      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+    end
+    count = k
+  end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
+  local eff = now
+  if last and now < last then
+    if last - now > max_regression then
+      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+    end
+    eff = last
+  end
+
+  local w = window
+  -- Entries with time + w <= eff have left the window (time > eff - w, without negatives).
+  local first_live = 1
+  while first_live <= count and times[first_live] + w <= eff do
+    first_live = first_live + 1
+  end
+  local live_sum = 0
+  for j = first_live, count do
+    live_sum = live_sum + costs[j]
+  end
+  local available = limit - live_sum
+
+  if cost <= available then
+    -- The kept entries, then the new one merged into the newest when it has the same time.
+    local vals, m, compact = {}, 0, revision < 256
+    for j = first_live, count do
+      local age, c = eff - times[j], costs[j]
+      if j == count and age == 0 then
+        c = c + cost
+      end
+      if age >= 16777216 or c >= 256 then
+        compact = false
+      end
+      vals[m + 1] = age
+      vals[m + 2] = c
+      m = m + 2
+    end
+    if count < first_live or times[count] ~= eff then
+      if cost >= 256 then
+        compact = false
+      end
+      vals[m + 1] = 0
+      vals[m + 2] = cost
+      m = m + 2
+    end
+    local value
+    if compact then
+      value = struct.pack('<BI6I1' .. string.rep('I3I1', m / 2), 0x95, eff, revision,
+        unpack(vals, 1, m))
+    else
+      value = struct.pack('<BI6I4' .. string.rep('I5I2', m / 2), 0x15, eff, revision,
+        unpack(vals, 1, m))
+    end
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }, value, w + grace
+  end
+
+  local reset_at = eff
+  if count >= first_live then
+    reset_at = times[count] + w
+  end
+  -- Let the oldest entries leave until the rest plus cost fits.
+  local retry = 0
+  local left = live_sum
+  for j = first_live, count do
+    left = left - costs[j]
+    if cost <= limit - left then
+      retry = times[j] + w - eff
+      break
+    end
+  end
+  return { 'DENIED', now, eff, limit, available, retry, reset_at }
+end
+-- @member sliding_log end
+local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member_4, ['5'] = member_5 }
+-- @generated end
+
+local argv = ARGV
+local h = argv[1]
+if not h or #h ~= 1 then
+  return { 'INVALID' }
+end
+local n = struct.unpack('<I1', h)
+if n < 1 or n > 64 or #KEYS ~= n or #argv < 1 + 2 * n then
+  return { 'INVALID' }
+end
+
+local reply = { 'DECIDED' }
+for i = 1, n do
+  local f, key = M[argv[2 * i]], KEYS[i]
+  local row, value, ttl
+  if f then
+    -- A wrong key type comes back as an error table, never raised.
+    row, value, ttl = f(argv[2 * i + 1], now, redis.pcall('GET', key))
+    if value then
+      redis.call('SET', key, value, 'PX', ttl)
+    end
+  else
+    row = { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  reply[i + 1] = row
+end
+return reply
