@@ -6,6 +6,7 @@
 //!          --duration 10s [--hot-key-share 0.0..1.0] [--json]
 //!          [--topology standalone|sentinel|cluster] [--master-name NAME] [--connections N]
 //!          [--min-replicas-ack N] [--policies 1..8] [--deny-cache on|off] [--limit N]
+//!          [--batch-max 1..64]
 //! ```
 //!
 //! With `--topology cluster`, `--redis-url` is a comma-separated list of seed nodes; with
@@ -133,6 +134,10 @@ pub struct Args {
     /// until the quota is back: a lower rate makes denials longer, which the deny cache needs.
     #[arg(long, value_parser = clap::value_parser!(u64).range(1..=1_000_000))]
     pub limit: Option<u64>,
+    /// The Redis provider's `batch_max`: evaluations ready at the same moment for one node
+    /// leave as one batch call of at most this many (1: one program call per decision).
+    #[arg(long, default_value_t = 16, value_parser = clap::value_parser!(u64).range(1..=64))]
+    pub batch_max: u64,
 }
 
 impl Args {
@@ -294,6 +299,8 @@ pub struct Report {
     pub policies: u64,
     /// `--deny-cache on`.
     pub deny_cache: bool,
+    /// `--batch-max`.
+    pub batch_max: u64,
     pub elapsed: Duration,
     pub allowed: u64,
     pub denied: u64,
@@ -341,6 +348,7 @@ impl Report {
             "concurrency": self.concurrency,
             "policies": self.policies,
             "deny_cache": if self.deny_cache { "on" } else { "off" },
+            "batch_max": self.batch_max,
             "local_cache": self.local_cache,
         })
     }
@@ -357,6 +365,7 @@ impl Report {
                 "deny cache",
                 if self.deny_cache { "on" } else { "off" }.to_owned(),
             ),
+            ("batch max", self.batch_max.to_string()),
             ("elapsed", format!("{:.2} s", self.elapsed.as_secs_f64())),
             ("decisions", self.decisions().to_string()),
             ("decisions/s", format!("{:.0}", self.decisions_per_s())),
@@ -424,6 +433,7 @@ pub async fn provider(
             };
             settings.connections = usize::try_from(args.connections)?;
             settings.min_replicas_ack = args.min_replicas_ack;
+            settings.batch_max = usize::try_from(args.batch_max)?;
             // Generous bounds: the bench measures throughput, so neither the admission bound
             // nor the timeout should be what limits it (errors are counted if they happen).
             settings.max_in_flight = usize::try_from(args.concurrency)?.max(1024);
@@ -619,6 +629,7 @@ fn report(args: &Args, started: Instant, total: Tally) -> Report {
         concurrency: args.concurrency,
         policies: args.policies,
         deny_cache: args.deny_cache_on(),
+        batch_max: args.batch_max,
         elapsed: started.elapsed(),
         allowed: total.allowed,
         denied: total.denied,

@@ -120,6 +120,7 @@ fn json_has_the_documented_fields() {
         concurrency: 2,
         policies: 1,
         deny_cache: true,
+        batch_max: 16,
         elapsed: Duration::from_secs(2),
         allowed: 3,
         denied: 1,
@@ -139,6 +140,7 @@ fn json_has_the_documented_fields() {
         [
             "algorithm",
             "allowed",
+            "batch_max",
             "concurrency",
             "decisions",
             "decisions_per_s",
@@ -163,6 +165,7 @@ fn json_has_the_documented_fields() {
         (j["deny_cache"].as_str(), j["local_cache"].as_u64()),
         (Some("on"), Some(1))
     );
+    assert_eq!(j["batch_max"], 16);
     assert!((j["p50_us"].as_f64().unwrap_or(0.0) - 50.0).abs() < 0.1);
 }
 

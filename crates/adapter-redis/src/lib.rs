@@ -51,6 +51,7 @@
 
 pub mod acl;
 mod background;
+mod batch;
 mod checks;
 mod cluster;
 pub mod commands;
@@ -64,6 +65,7 @@ pub mod fuzzing;
 pub mod gate;
 pub mod keys;
 pub mod leases;
+mod plan;
 mod pool;
 pub mod programs;
 pub mod provider;
@@ -77,6 +79,7 @@ pub mod telemetry;
 pub mod tls;
 mod wire;
 
+pub use batch::BatchStats;
 pub use error::{Error, SettingsProblem, SettingsProblems};
 pub use gate::{RedisGateProvider, RedisGateSettings};
 pub use provider::RedisProvider;

@@ -41,6 +41,13 @@
 //! with `RequestError::SpansSlots` before anything is sent. Standalone and Sentinel take any
 //! members in one call.
 //!
+//! ## Batched decisions
+//!
+//! With `batch_max` > 1 (default 16), evaluations without an evaluation id that are ready at
+//! the same moment for one node leave as one call of `lua/rate-batch-v2.lua` (see
+//! `batch`): decided in order at one `TIME`, each exactly as its single program
+//! would; alone, an evaluation sends its single program as before.
+//!
 //! ## Concurrency leases
 //!
 //! `acquire_lease` and `release_lease` run `lua/lease-acquire-v1.lua` and
@@ -75,81 +82,21 @@ use shared_contract::{
 };
 
 use crate::acl::Needs;
+use crate::batch::{BatchStats, Batcher, Decision};
 use crate::deny_cache::DenyCache;
 use crate::error::{Error, SettingsProblem};
 use crate::failure::Failure;
-use crate::keys::{PolicyKeys, ReplayMember, hash_slot, replay_key};
+use crate::keys::{ReplayMember, hash_slot, replay_key};
 use crate::leases::Leasing;
+use crate::plan::Plan;
 use crate::pool::Pool;
-use crate::programs::{self, Program};
+use crate::programs::{self};
 use crate::reply;
 use crate::reply_multi;
 use crate::resp;
 use crate::script::ScriptArgs;
 use crate::settings::RedisSettings;
 use crate::telemetry::ClockMetrics;
-
-/// Everything one policy needs per request, computed once.
-#[derive(Debug)]
-struct Plan {
-    program: &'static Program,
-    /// The algorithm's code in the multi program's arguments.
-    code: u64,
-    keys: PolicyKeys,
-    /// `ARGV[1]` after the cost: the policy's packed fields.
-    packed: Vec<u8>,
-    /// The RESP bulk header of `ARGV[1]` (`$<len>\r\n`), whose length the cost never changes.
-    bulk_header: Vec<u8>,
-    /// The policy's clock metrics, fed by every reply of its member.
-    clock: ClockMetrics,
-}
-
-impl Plan {
-    fn new(prefix: &str, policy: &RateLimitPolicy) -> Result<Self, Error> {
-        let packed = programs::arguments(policy);
-        let bulk_header = format!("${}\r\n", programs::COST_WIDTH + packed.len()).into_bytes();
-        Ok(Self {
-            program: programs::program(policy.kind()),
-            code: programs::algorithm_code(policy.kind()),
-            keys: PolicyKeys::new(prefix, policy)?,
-            packed,
-            bulk_header,
-            clock: ClockMetrics::new(policy.id()),
-        })
-    }
-
-    /// Appends `ARGV[1]` for `cost` as one RESP bulk string: the cost, then the fields.
-    fn write_arguments(&self, out: &mut Vec<u8>, cost: u64) {
-        out.extend_from_slice(&self.bulk_header);
-        out.extend_from_slice(&programs::pack_cost(cost));
-        out.extend_from_slice(&self.packed);
-        out.extend_from_slice(b"\r\n");
-    }
-}
-
-/// One evaluation's program call: `1 key packed-arguments` after `EVALSHA sha1`.
-struct Evaluation<'a> {
-    plan: &'a Plan,
-    key: &'a str,
-    cost: u64,
-}
-
-impl ScriptArgs for Evaluation<'_> {
-    fn count(&self) -> usize {
-        3
-    }
-
-    fn write(&self, out: &mut Vec<u8>) {
-        out.extend_from_slice(b"$1\r\n1\r\n");
-        resp::write_bulk(out, self.key.as_bytes());
-        self.plan.write_arguments(out, self.cost);
-    }
-
-    /// Only an allow consumed quota; a denial wrote nothing worth waiting for.
-    fn needs_ack(&self, reply: &Value) -> bool {
-        reply::is_allowed(reply)
-    }
-}
 
 /// One multi-limit program call: `n+r keys... header (code packed-arguments)...` after
 /// `EVALSHA sha1`, `r` = 1 with a replay key; the header packs `n` and the replay window.
@@ -195,13 +142,15 @@ impl ScriptArgs for MultiCall<'_> {
 pub struct RedisProvider {
     settings: RedisSettings,
     policies: PolicySet,
-    plans: HashMap<PolicyId, Plan>,
+    plans: HashMap<PolicyId, Arc<Plan>>,
     /// Shared with the providers [`Self::with_policies`] makes from this one.
     pool: Arc<Pool>,
     /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
     tokens: Arc<dyn TokenSource>,
     /// The exact denial cache, shared with the providers [`Self::with_policies`] makes.
     deny_cache: Arc<DenyCache>,
+    /// The groups of evaluations being batched, shared like the denial cache.
+    batcher: Arc<Batcher>,
 }
 
 /// Whether `policy`'s denials are answered from the cache: `deny_cache` (on unless turned
@@ -234,7 +183,12 @@ impl RedisProvider {
         let resolved = settings.resolve().map_err(Error::Settings)?;
         let plans = policies
             .iter()
-            .map(|p| Ok((p.id().clone(), Plan::new(&settings.key_prefix, p)?)))
+            .map(|p| {
+                Ok((
+                    p.id().clone(),
+                    Arc::new(Plan::new(&settings.key_prefix, p)?),
+                ))
+            })
             .collect::<Result<HashMap<_, _>, Error>>()?;
         let mut scripts = programs::scripts();
         if policies
@@ -246,6 +200,7 @@ impl RedisProvider {
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
         let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
         let deny_cache = Arc::new(DenyCache::new(settings.deny_cache_max_entries));
+        let batcher = Arc::new(Batcher::new(settings.batch_max));
         Ok(Self {
             settings,
             policies,
@@ -253,6 +208,7 @@ impl RedisProvider {
             pool,
             tokens: Arc::new(RandomTokens::default()),
             deny_cache,
+            batcher,
         })
     }
 
@@ -304,7 +260,12 @@ impl RedisProvider {
         }
         let plans = policies
             .iter()
-            .map(|p| Ok((p.id().clone(), Plan::new(&self.settings.key_prefix, p)?)))
+            .map(|p| {
+                Ok((
+                    p.id().clone(),
+                    Arc::new(Plan::new(&self.settings.key_prefix, p)?),
+                ))
+            })
             .collect::<Result<HashMap<_, _>, Error>>()?;
         self.deny_cache.retain(|id, revision| {
             policies
@@ -318,12 +279,19 @@ impl RedisProvider {
             pool: self.pool.clone(),
             tokens: self.tokens.clone(),
             deny_cache: self.deny_cache.clone(),
+            batcher: self.batcher.clone(),
         })
     }
 
     /// The exact denial cache (shared by the providers a reload makes from this one).
     pub fn deny_cache(&self) -> &DenyCache {
         &self.deny_cache
+    }
+
+    /// What batching has done since the provider started (shared by the providers a reload
+    /// makes from this one).
+    pub fn batch_stats(&self) -> BatchStats {
+        self.batcher.stats()
     }
 
     /// The settings this provider runs with.
@@ -421,19 +389,24 @@ impl EdgeRateLimitPort for RedisProvider {
             Err(category) => return Ok(self.failed(policy, Failure::Unavailable(category))),
         };
         let key = plan.keys.state_key(&request.subject);
-        let call = Evaluation {
-            plan,
-            key: &key,
-            cost: request.cost.get(),
-        };
+        let cost = request.cost.get();
         let slot = hash_slot(key.as_bytes());
         // Before the call is written, so never later than the server's reading of its clock.
         let sent = Instant::now();
-        let reply = match self
-            .pool
-            .run_script(&plan.program.script, slot, &call, timeout)
-            .await
-        {
+        let answer = if self.batcher.enabled() {
+            let group = if self.pool.is_cluster() { slot } else { 0 };
+            let decision = Decision {
+                plan,
+                key: &key,
+                cost,
+                slot,
+                group,
+            };
+            self.batcher.decide(&self.pool, decision, timeout).await
+        } else {
+            plan.run(&self.pool, slot, &key, cost, timeout).await
+        };
+        let reply = match answer {
             Ok(reply) => reply,
             Err(failure) => return Ok(self.failed(policy, failure)),
         };
@@ -483,7 +456,11 @@ impl EdgeRateLimitPort for RedisProvider {
                 // Every policy of the set has a plan (built in `connect`); this is unreachable.
                 return Err(RequestError::UnknownPolicy(policy.id().clone()));
             };
-            members.push((plan, plan.keys.state_key(&limit.subject), limit.cost.get()));
+            members.push((
+                &**plan,
+                plan.keys.state_key(&limit.subject),
+                limit.cost.get(),
+            ));
         }
         let slots: BTreeSet<u16> = members
             .iter()

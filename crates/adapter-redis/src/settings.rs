@@ -90,6 +90,9 @@ pub struct RedisSettings {
     /// Most entries of the exact denial cache (policies with `deny_cache`), default
     /// 100,000 (about 130 bytes each, allocated as its shards fill); see `deny_cache`.
     pub deny_cache_max_entries: usize,
+    /// At most this many evaluations that are ready at the same moment for one node leave as
+    /// one call of the batch program (1..=64; 1: one program call per decision).
+    pub batch_max: usize,
 }
 
 impl RedisSettings {
@@ -132,6 +135,7 @@ impl RedisSettings {
             strict_eviction_policy: false,
             min_replicas_ack: 0,
             deny_cache_max_entries: 100_000,
+            batch_max: 16,
         }
     }
 
@@ -245,6 +249,16 @@ impl RedisSettings {
                     "must be between 1 and {}, got {}",
                     crate::deny_cache::MAX_ENTRIES,
                     self.deny_cache_max_entries
+                ),
+            );
+        }
+        if self.batch_max == 0 || self.batch_max > crate::programs::BATCH_MAX {
+            problems.push(
+                "batch_max",
+                format!(
+                    "must be between 1 and {}, got {}",
+                    crate::programs::BATCH_MAX,
+                    self.batch_max
                 ),
             );
         }
@@ -564,6 +578,7 @@ impl fmt::Debug for RedisSettings {
             .field("strict_eviction_policy", &self.strict_eviction_policy)
             .field("min_replicas_ack", &self.min_replicas_ack)
             .field("deny_cache_max_entries", &self.deny_cache_max_entries)
+            .field("batch_max", &self.batch_max)
             .finish()
     }
 }

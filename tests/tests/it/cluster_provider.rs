@@ -258,3 +258,44 @@ async fn the_gate_provider_submits_and_looks_up_on_the_gates_master() {
     assert_eq!(query(owner, &["EXISTS", &keys[2]]), Value::Int(1));
     p.shutdown().await;
 }
+
+/// Batching on a cluster is per slot: requests ready at once for one subject (one slot) leave
+/// as one batch call; those of other subjects, spread over slots and masters, leave alone.
+/// Every one is decided (a batch spanning slots would be refused by the cluster).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_is_batched_per_slot() {
+    let policy = conformance::policy(AlgorithmKind::FixedWindow, 1, 5, 60_000, 1);
+    let p = provider(rate::policy_set(vec![policy.clone()])).await;
+    let hot = rate::fresh_subject();
+    let subjects: Vec<SubjectDigest> = (0..16)
+        .map(|i| {
+            if i % 2 == 0 {
+                hot
+            } else {
+                rate::fresh_subject()
+            }
+        })
+        .collect();
+    let before = p.batch_stats();
+    let outcomes =
+        futures::future::join_all(subjects.iter().map(|s| rate::outcome(&p, &policy, *s))).await;
+    let after = p.batch_stats();
+    let allowed: Vec<bool> = outcomes
+        .into_iter()
+        .map(|o| match o {
+            shared_contract::RateLimitOutcome::Evaluated(d) => d.allowed,
+            other => panic!("expected a decision, got {other:?}"),
+        })
+        .collect();
+    // The hot subject: its first five of eight admitted; every other subject once.
+    let hot_allowed: Vec<bool> = allowed.iter().step_by(2).copied().collect();
+    assert_eq!(
+        hot_allowed,
+        [true, true, true, true, true, false, false, false]
+    );
+    assert!(allowed.iter().skip(1).step_by(2).all(|a| *a));
+    assert!(
+        after.calls > before.calls && after.members - before.members >= 8,
+        "the hot subject's eight were not batched: {before:?} -> {after:?}"
+    );
+}

@@ -308,6 +308,7 @@ url = "redis://127.0.0.1:6379/0"
 command_timeout = "0s"
 max_in_flight = 0
 deny_cache_max_entries = 0
+batch_max = 65
 
 [rate_limit.policies.api]
 algorithm = "token_bucket"
@@ -335,6 +336,7 @@ subject = "cookie:x"
         "rate_limit.redis.command_timeout",
         "rate_limit.redis.max_in_flight",
         "rate_limit.redis.deny_cache_max_entries",
+        "rate_limit.redis.batch_max",
         "rate_limit.policies.api.capacity",
         "rate_limit.policies.api.limit",
         "rate_limit.policies.Bad",

@@ -27,6 +27,7 @@ fn defaults_are_the_documented_ones() {
     assert_eq!(s.max_in_flight, 1024);
     assert_eq!(s.key_prefix, "rl");
     assert_eq!(s.connections, 1);
+    assert_eq!(s.batch_max, 16);
     assert!(s.validate().is_ok());
 }
 
@@ -99,6 +100,20 @@ fn out_of_range_bounds_are_refused() {
                 ..base()
             },
             "connect_timeout",
+        ),
+        (
+            RedisSettings {
+                batch_max: 0,
+                ..base()
+            },
+            "batch_max",
+        ),
+        (
+            RedisSettings {
+                batch_max: 65,
+                ..base()
+            },
+            "batch_max",
         ),
     ];
     for (s, field) in cases {

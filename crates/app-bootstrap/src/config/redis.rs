@@ -135,6 +135,7 @@ const KEYS: &[Key<Draft, RedisProviderSettings>] = &[
     key!("command_timeout", settings.command_timeout; redis.command_timeout),
     key!("max_in_flight", settings.max_in_flight; redis.max_in_flight),
     key!("deny_cache_max_entries", settings.deny_cache_max_entries; redis.deny_cache_max_entries),
+    key!("batch_max", settings.batch_max; redis.batch_max),
     key!("key_prefix", settings.key_prefix; redis.key_prefix),
     key!("connect_timeout", settings.connect_timeout; redis.connect_timeout),
     key!("connections", settings.connections; redis.connections),

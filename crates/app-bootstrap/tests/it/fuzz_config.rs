@@ -94,6 +94,7 @@ const SECTIONS: &[(&str, &[&str])] = &[
             "min_replicas_ack",
             "strict_eviction_policy",
             "deny_cache_max_entries",
+            "batch_max",
         ],
     ),
     (
