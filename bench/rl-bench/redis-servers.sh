@@ -1,4 +1,4 @@
-# Sourced by cluster-compare.sh, replica-ack.sh, deny-cache.sh and deny-cache-edges.sh (not
+# Sourced by cluster-compare.sh, replica-ack.sh, deny-cache.sh, deny-cache-edges.sh and batch.sh (not
 # run): private daemonized redis-server processes in a temporary directory, all stopped when
 # the script exits.
 # Sets DIR; `start_redis PORT [ARGS...]` starts one (loopback, no persistence) and waits for
