@@ -20,7 +20,10 @@
 --   Arguments after the last member are ignored (the test build reads `now` from the last).
 --
 -- Reply: {status, row_1, ..., row_n}; status a bulk string, row_i the member's seven-field
---   reply exactly as its single program answers it (a nested array).
+--   reply as its single program answers it, packed in one 43-byte string ('<I1I7I7I7I7I7I7':
+--   the status as a code, 1 ALLOWED, 2 DENIED, 3 CLOCK_UNSAFE, 4 STATE_INCOMPATIBLE,
+--   5 INVALID, then the six numbers). Redis converts a string to its reply far more cheaply
+--   than a table of seven fields, which is a member's largest cost after its SET.
 --   DECIDED             every member was decided; each row says how (ALLOWED written with
 --                       SET ... PX, DENIED, CLOCK_UNSAFE, STATE_INCOMPATIBLE or INVALID
 --                       untouched). A member with an unknown algorithm code or bad
@@ -595,6 +598,7 @@ if n < 1 or n > 64 or #KEYS ~= n or #argv < 1 + 2 * n then
   return { 'INVALID' }
 end
 
+local code = { ALLOWED = 1, DENIED = 2, CLOCK_UNSAFE = 3, STATE_INCOMPATIBLE = 4, INVALID = 5 }
 local reply = { 'DECIDED' }
 for i = 1, n do
   local f, key = M[argv[2 * i]], KEYS[i]
@@ -608,6 +612,7 @@ for i = 1, n do
   else
     row = { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  reply[i + 1] = row
+  reply[i + 1] = struct.pack('<I1I7I7I7I7I7I7', code[row[1]], row[2], row[3], row[4], row[5],
+    row[6], row[7])
 end
 return reply

@@ -29,7 +29,6 @@ use crate::failure::Failure;
 use crate::plan::{Answer, Plan};
 use crate::pool::{Pool, ScriptReply};
 use crate::programs;
-use crate::reply;
 use crate::resp;
 use crate::script::ScriptArgs;
 
@@ -251,9 +250,23 @@ fn answers(result: Result<ScriptReply, Failure>, n: usize) -> Vec<Answer> {
     (0..n).map(|_| Err(failure)).collect()
 }
 
-/// The rows of a batch reply of `n` members: `{DECIDED, row_1, ..., row_n}` exactly.
+/// The bytes of one packed row: a status code, then six 7-byte numbers.
+const ROW_BYTES: usize = 1 + 6 * 7;
+
+/// The statuses of a packed row by code (1-based), as the seven-field reply spells them.
+const STATUSES: [&str; 5] = [
+    "ALLOWED",
+    "DENIED",
+    "CLOCK_UNSAFE",
+    "STATE_INCOMPATIBLE",
+    "INVALID",
+];
+
+/// The rows of a batch reply of `n` members, `{DECIDED, row_1, ..., row_n}` exactly, each
+/// unpacked into the seven-field reply its single program would give (which the caller then
+/// checks like one).
 fn rows(value: Value, n: usize) -> Result<Vec<Value>, String> {
-    let Value::Array(mut items) = value else {
+    let Value::Array(items) = value else {
         return Err(format!("not an array: {value:?}"));
     };
     match items.first() {
@@ -263,8 +276,36 @@ fn rows(value: Value, n: usize) -> Result<Vec<Value>, String> {
     if items.len() != n + 1 {
         return Err(format!("{} rows for {n} members", items.len() - 1));
     }
-    items.remove(0);
-    Ok(items)
+    items[1..].iter().map(unpack_row).collect()
+}
+
+/// One packed row as the seven-field reply: its status, then its numbers (at most 2^56-1
+/// here; the reply parser refuses any above 2^53-1).
+fn unpack_row(row: &Value) -> Result<Value, String> {
+    let Value::BulkString(b) = row else {
+        return Err(format!("row {row:?} is not a string"));
+    };
+    if b.len() != ROW_BYTES {
+        return Err(format!("row of {} bytes, not {ROW_BYTES}", b.len()));
+    }
+    let status = usize::from(b[0])
+        .checked_sub(1)
+        .and_then(|i| STATUSES.get(i))
+        .ok_or_else(|| format!("unknown status code {}", b[0]))?;
+    let mut fields = Vec::with_capacity(7);
+    fields.push(Value::BulkString(status.as_bytes().to_vec()));
+    for chunk in b[1..].chunks_exact(7) {
+        let mut n = [0u8; 8];
+        n[..7].copy_from_slice(chunk);
+        // Seven bytes hold at most 2^56-1, so the conversion never fails.
+        fields.push(Value::Int(i64::from_le_bytes(n)));
+    }
+    Ok(Value::Array(fields))
+}
+
+/// Whether a packed row says `ALLOWED`.
+fn row_allowed(row: &Value) -> bool {
+    matches!(row, Value::BulkString(b) if b.len() == ROW_BYTES && b[0] == 1)
 }
 
 /// One batch program call: `n keys... header (code packed-arguments)...` after
@@ -293,7 +334,7 @@ impl ScriptArgs for BatchCall<'_> {
 
     /// A batch wrote state when any member was admitted.
     fn needs_ack(&self, value: &Value) -> bool {
-        matches!(value, Value::Array(items) if items.iter().skip(1).any(reply::is_allowed))
+        matches!(value, Value::Array(items) if items.iter().skip(1).any(row_allowed))
     }
 }
 
@@ -301,34 +342,62 @@ impl ScriptArgs for BatchCall<'_> {
 mod tests {
     use super::*;
 
-    fn row(status: &str) -> Value {
-        Value::Array(vec![Value::BulkString(status.as_bytes().to_vec())])
+    /// A packed row of status `code` whose six numbers are `n`, `n + 1`, ...
+    fn row(code: u8, n: u64) -> Value {
+        let mut b = vec![code];
+        for i in 0..6 {
+            b.extend_from_slice(&(n + i).to_le_bytes()[..7]);
+        }
+        Value::BulkString(b)
+    }
+
+    fn seven(status: &str, n: i64) -> Value {
+        let mut v = vec![Value::BulkString(status.as_bytes().to_vec())];
+        v.extend((0..6).map(|i| Value::Int(n + i)));
+        Value::Array(v)
     }
 
     #[test]
-    fn a_reply_of_exactly_n_rows_is_split_and_anything_else_refused() {
+    fn a_reply_of_exactly_n_packed_rows_is_unpacked_and_anything_else_refused() {
         let decided = Value::BulkString(b"DECIDED".to_vec());
-        let reply = Value::Array(vec![decided.clone(), row("ALLOWED"), row("DENIED")]);
+        let reply = Value::Array(vec![decided.clone(), row(1, 10), row(4, 0)]);
         assert_eq!(
             rows(reply, 2).expect("two rows"),
-            vec![row("ALLOWED"), row("DENIED")]
+            vec![seven("ALLOWED", 10), seven("STATE_INCOMPATIBLE", 0)]
         );
+        // The largest number seven bytes hold comes through (the reply parser refuses it).
+        let max = (1i64 << 56) - 1;
+        let big = Value::Array(vec![decided.clone(), row(2, (1 << 56) - 6)]);
+        assert_eq!(rows(big, 1).expect("a row"), vec![seven("DENIED", max - 5)]);
+        let mut short = match row(1, 1) {
+            Value::BulkString(b) => b,
+            _ => unreachable!(),
+        };
+        short.pop();
         for (bad, n) in [
-            (Value::Array(vec![decided.clone(), row("ALLOWED")]), 2),
+            (Value::Array(vec![decided.clone(), row(1, 1)]), 2),
             (
-                Value::Array(vec![decided.clone(), row("A"), row("B"), row("C")]),
+                Value::Array(vec![decided.clone(), row(1, 1), row(1, 1), row(1, 1)]),
                 2,
             ),
+            (Value::Array(vec![decided.clone(), row(0, 1)]), 1),
+            (Value::Array(vec![decided.clone(), row(6, 1)]), 1),
+            (
+                Value::Array(vec![decided.clone(), Value::BulkString(short)]),
+                1,
+            ),
+            (Value::Array(vec![decided.clone(), seven("ALLOWED", 1)]), 1),
             (
                 Value::Array(vec![Value::BulkString(b"INVALID".to_vec())]),
                 1,
             ),
-            (Value::Array(vec![row("ALLOWED"), row("ALLOWED")]), 1),
+            (Value::Array(vec![row(1, 1), row(1, 1)]), 1),
             (Value::Int(1), 1),
             (Value::Nil, 1),
         ] {
             assert!(rows(bad.clone(), n).is_err(), "{bad:?}");
         }
+        assert!(row_allowed(&row(1, 0)) && !row_allowed(&row(2, 0)));
     }
 
     #[test]
@@ -340,13 +409,19 @@ mod tests {
                 replicas_acked: Some(1),
             })
         };
-        let got = answers(ok(Value::Array(vec![decided, row("A"), row("B")])), 2);
+        let got = answers(ok(Value::Array(vec![decided, row(1, 5), row(2, 7)])), 2);
         let got: Vec<(Value, Option<u64>)> = got
             .into_iter()
             .map(|a| a.map(|r| (r.value, r.replicas_acked)).expect("a row"))
             .collect();
-        assert_eq!(got, vec![(row("A"), Some(1)), (row("B"), Some(1))]);
-        let short = answers(ok(Value::Array(vec![row("ALLOWED")])), 3);
+        assert_eq!(
+            got,
+            vec![
+                (seven("ALLOWED", 5), Some(1)),
+                (seven("DENIED", 7), Some(1))
+            ]
+        );
+        let short = answers(ok(Value::Array(vec![row(1, 1)])), 3);
         assert_eq!(short.len(), 3);
         for a in short {
             assert_eq!(

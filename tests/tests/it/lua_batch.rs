@@ -66,6 +66,42 @@ fn batch_arguments(policies: &[RateLimitPolicy], members: &[(usize, u64, Sent)])
     args
 }
 
+/// A row of the batch reply: one 43-byte string, the status as a code (1 ALLOWED, 2 DENIED,
+/// 3 CLOCK_UNSAFE, 4 STATE_INCOMPATIBLE, 5 INVALID), then six 7-byte little-endian numbers.
+fn unpack_row(row: &Value) -> Result<Reply, String> {
+    let Value::BulkString(b) = row else {
+        return Err(format!("row {row:?} is not a string"));
+    };
+    if b.len() != 43 {
+        return Err(format!("row of {} bytes", b.len()));
+    }
+    let status = match b[0] {
+        1 => "ALLOWED",
+        2 => "DENIED",
+        3 => "CLOCK_UNSAFE",
+        4 => "STATE_INCOMPATIBLE",
+        5 => "INVALID",
+        other => return Err(format!("status code {other}")),
+    };
+    let n: Vec<u64> = b[1..]
+        .chunks_exact(7)
+        .map(|c| {
+            c.iter()
+                .rev()
+                .fold(0u64, |acc, byte| (acc << 8) | u64::from(*byte))
+        })
+        .collect();
+    Ok(Reply {
+        status: status.into(),
+        server_now_ms: n[0],
+        effective_now_ms: n[1],
+        limit: n[2],
+        remaining: n[3],
+        retry_after_ms: n[4],
+        reset_at_ms: n[5],
+    })
+}
+
 fn invalid(now: u64) -> Reply {
     Reply {
         status: "INVALID".into(),
@@ -125,7 +161,7 @@ fn run_batch_case(
         );
         prop_assert_eq!(fields.len(), members.len() + 1, "{}", at);
         for (i, &(p, s, cost, how)) in members.iter().enumerate() {
-            let row = Reply::parse(&fields[i + 1]).map_err(fail)?;
+            let row = unpack_row(&fields[i + 1]).map_err(fail)?;
             *seen.entry(row.status.clone()).or_default() += 1;
             let policy = &policies[p];
             let expected = if how == Sent::Good {
@@ -267,5 +303,5 @@ fn a_bad_header_or_a_short_batch_is_refused_whole_and_writes_nothing() {
     let Value::Array(fields) = reply else {
         panic!("{reply:?}")
     };
-    assert_eq!(Reply::parse(&fields[1]).expect("a row").status, "ALLOWED");
+    assert_eq!(unpack_row(&fields[1]).expect("a row").status, "ALLOWED");
 }
