@@ -55,6 +55,8 @@ pub(crate) struct Pool {
     wait: Option<(u32, u64)>,
     /// The `max_in_flight` bound.
     admission: Semaphore,
+    /// `max_in_flight`, to tell how many calls hold a place.
+    max_in_flight: usize,
     _tasks: Tasks,
 }
 
@@ -136,6 +138,7 @@ impl Pool {
             masters,
             wait,
             admission: Semaphore::new(settings.max_in_flight),
+            max_in_flight: settings.max_in_flight,
             _tasks: Tasks(tasks),
         }
     }
@@ -158,6 +161,12 @@ impl Pool {
         self.admission
             .try_acquire()
             .map_err(|_| UnavailableCategory::Admission)
+    }
+
+    /// How many calls hold a place under `max_in_flight` now (admitted, not yet answered).
+    pub(crate) fn in_flight(&self) -> usize {
+        self.max_in_flight
+            .saturating_sub(self.admission.available_permits())
     }
 
     /// A live connection for a call on `slot` (the slot matters only on a cluster).

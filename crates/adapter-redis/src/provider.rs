@@ -46,7 +46,8 @@
 //! With `batch_max` > 1 (default 16), evaluations without an evaluation id that are ready at
 //! the same moment for one node leave as one call of `lua/rate-batch-v2.lua` (see
 //! `batch`): decided in order at one `TIME`, each exactly as its single program
-//! would; alone, an evaluation sends its single program as before.
+//! would; alone (the only call in flight, or the only one of its group), an evaluation sends
+//! its single program as before.
 //!
 //! ## Concurrency leases
 //!
@@ -393,7 +394,9 @@ impl EdgeRateLimitPort for RedisProvider {
         let slot = hash_slot(key.as_bytes());
         // Before the call is written, so never later than the server's reading of its clock.
         let sent = Instant::now();
-        let answer = if self.batcher.enabled() {
+        // Batch only under load: alone in flight, nobody can join, and the yield a batch
+        // waits for costs an idle caller latency for nothing.
+        let answer = if self.batcher.enabled() && self.pool.in_flight() > 1 {
             let group = if self.pool.is_cluster() { slot } else { 0 };
             let decision = Decision {
                 plan,

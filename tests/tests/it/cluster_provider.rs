@@ -260,7 +260,7 @@ async fn the_gate_provider_submits_and_looks_up_on_the_gates_master() {
 }
 
 /// Batching on a cluster is per slot: requests ready at once for one subject (one slot) leave
-/// as one batch call; those of other subjects, spread over slots and masters, leave alone.
+/// as one batch call (after the first, which finds nothing in flight and goes alone); those of other subjects, spread over slots and masters, leave alone.
 /// Every one is decided (a batch spanning slots would be refused by the cluster).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_is_batched_per_slot() {
@@ -295,7 +295,7 @@ async fn a_burst_is_batched_per_slot() {
     );
     assert!(allowed.iter().skip(1).step_by(2).all(|a| *a));
     assert!(
-        after.calls > before.calls && after.members - before.members >= 8,
-        "the hot subject's eight were not batched: {before:?} -> {after:?}"
+        after.calls > before.calls && after.members - before.members >= 7,
+        "the hot subject's requests after its first were not batched: {before:?} -> {after:?}"
     );
 }
