@@ -18,7 +18,7 @@
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use redis::Value;
@@ -31,6 +31,7 @@ use crate::pool::{Pool, ScriptReply};
 use crate::programs;
 use crate::resp;
 use crate::script::ScriptArgs;
+use crate::wire::lock;
 
 /// One evaluation waiting in a group.
 struct Member {
@@ -40,14 +41,12 @@ struct Member {
     tx: oneshot::Sender<Answer>,
 }
 
-/// One decision to make: `cost` on `key` under `plan`; `slot` is the key's, `group` the
-/// batching group it joins (its slot on a cluster, else 0: one master takes every key).
+/// One decision to make: `cost` on `key` (of `slot`) under `plan`.
 pub(crate) struct Decision<'a> {
     pub(crate) plan: &'a Arc<Plan>,
     pub(crate) key: &'a str,
     pub(crate) cost: u64,
     pub(crate) slot: u16,
-    pub(crate) group: u16,
 }
 
 /// The groups of members being gathered, and what batching has done so far.
@@ -66,14 +65,6 @@ pub struct BatchStats {
     pub calls: u64,
     /// Members those calls carried.
     pub members: u64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding the lock leaves plain data; carry on with it.
-    match m.lock() {
-        Ok(g) => g,
-        Err(p) => p.into_inner(),
-    }
 }
 
 /// The lead of a group while it yields: dropped early (its caller gave up), it still sends
@@ -161,8 +152,9 @@ impl Batcher {
             key,
             cost,
             slot,
-            group,
         } = decision;
+        // A script's keys must share a slot on a cluster; elsewhere one master takes them all.
+        let group = if pool.is_cluster() { slot } else { 0 };
         let (tx, rx) = oneshot::channel();
         let leads = {
             let mut groups = lock(&self.groups);

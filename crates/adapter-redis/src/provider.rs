@@ -91,7 +91,7 @@ use crate::keys::{ReplayMember, hash_slot, replay_key};
 use crate::leases::Leasing;
 use crate::plan::Plan;
 use crate::pool::Pool;
-use crate::programs::{self};
+use crate::programs;
 use crate::reply;
 use crate::reply_multi;
 use crate::resp;
@@ -154,6 +154,14 @@ pub struct RedisProvider {
     batcher: Arc<Batcher>,
 }
 
+/// The plan of every policy of `policies`.
+fn plans(prefix: &str, policies: &PolicySet) -> Result<HashMap<PolicyId, Arc<Plan>>, Error> {
+    policies
+        .iter()
+        .map(|p| Ok((p.id().clone(), Arc::new(Plan::new(prefix, p)?))))
+        .collect()
+}
+
 /// Whether `policy`'s denials are answered from the cache: `deny_cache` (on unless turned
 /// off), and not in shadow mode (a shadow policy reports what Redis answers, always).
 fn caches(policy: &RateLimitPolicy) -> bool {
@@ -182,15 +190,7 @@ impl RedisProvider {
     /// topology, TLS files, credentials).
     pub async fn connect(settings: RedisSettings, policies: PolicySet) -> Result<Self, Error> {
         let resolved = settings.resolve().map_err(Error::Settings)?;
-        let plans = policies
-            .iter()
-            .map(|p| {
-                Ok((
-                    p.id().clone(),
-                    Arc::new(Plan::new(&settings.key_prefix, p)?),
-                ))
-            })
-            .collect::<Result<HashMap<_, _>, Error>>()?;
+        let plans = plans(&settings.key_prefix, &policies)?;
         let mut scripts = programs::scripts();
         if policies
             .iter()
@@ -259,15 +259,7 @@ impl RedisProvider {
             )
             .into());
         }
-        let plans = policies
-            .iter()
-            .map(|p| {
-                Ok((
-                    p.id().clone(),
-                    Arc::new(Plan::new(&self.settings.key_prefix, p)?),
-                ))
-            })
-            .collect::<Result<HashMap<_, _>, Error>>()?;
+        let plans = plans(&self.settings.key_prefix, &policies)?;
         self.deny_cache.retain(|id, revision| {
             policies
                 .get(id)
@@ -397,13 +389,11 @@ impl EdgeRateLimitPort for RedisProvider {
         // Batch only under load: alone in flight, nobody can join, and the yield a batch
         // waits for costs an idle caller latency for nothing.
         let answer = if self.batcher.enabled() && self.pool.in_flight() > 1 {
-            let group = if self.pool.is_cluster() { slot } else { 0 };
             let decision = Decision {
                 plan,
                 key: &key,
                 cost,
                 slot,
-                group,
             };
             self.batcher.decide(&self.pool, decision, timeout).await
         } else {

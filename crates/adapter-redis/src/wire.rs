@@ -103,8 +103,8 @@ struct Multiplexer {
     closing: Notify,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    // A panic while holding either lock leaves plain data; carry on with it.
+/// Locks `m`; a panic while holding it leaves plain data, so carry on with it.
+pub(crate) fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
     match m.lock() {
         Ok(g) => g,
         Err(p) => p.into_inner(),
