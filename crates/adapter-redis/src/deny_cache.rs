@@ -345,6 +345,7 @@ fn undecided(policy: &RateLimitPolicy) -> RateLimitDecision {
         revision: policy.revision(),
         source: Source::LocalCache,
         certainty: policy.kind().certainty(),
+        fleet: None,
     }
 }
 

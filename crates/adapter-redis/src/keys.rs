@@ -12,6 +12,10 @@
 //! - No raw subject, principal, IP, API key or route ever appears: the subject is already an
 //!   HMAC digest when it reaches the port, and the key only holds hashes of it.
 //!
+//! Two more shapes live under the same prefix: the replay key of an evaluation id
+//! (`<prefix>:{<tag>}e:<digest>`, [`replay_key`]) and the fleet key of the heartbeat
+//! (`<prefix>:fleet:{<name>}`, [`fleet_key`]), which holds instance ids, never a subject.
+//!
 //! ## Why not the policy id as the hash tag
 //!
 //! A layout of the form `capability=rate / region=<policyId> / kind=state / digest(...)` puts
@@ -158,6 +162,16 @@ pub fn replay_key(prefix: &str, id: &EvaluationId, members: &[ReplayMember<'_>])
     key.push_str("}e:");
     URL_SAFE_NO_PAD.encode_string(&digest[..REPLAY_BYTES], &mut key);
     Some(key)
+}
+
+/// The fleet key of fleet `name`: `<prefix>:fleet:{<name>}`, the name its hash tag (one
+/// slot per fleet on a cluster). It cannot equal a state or replay key: those have `{` right
+/// after the prefix.
+///
+/// `prefix` is the provider's checked key prefix, `name` a checked fleet name
+/// (`[A-Za-z0-9_.-]`, so no brace changes the tag).
+pub fn fleet_key(prefix: &str, name: &str) -> String {
+    format!("{prefix}:fleet:{{{name}}}")
 }
 
 /// The 4-character hash tag of a subject: the same for every policy.

@@ -26,13 +26,14 @@
 //! | | failure certainty (`Unavailable` / `Indeterminate` / `Incompatible`) | [`failure`] |
 //! | | TLS for `rediss://` | [`tls`] |
 //! | | dialing one node (TCP, TLS, handshake) within a timeout | `dial` |
-//! | settings | settings, topology, every rule about them, URL resolution | [`settings`] |
+//! | settings | settings, topology, fleet settings, every rule about them, URL resolution | [`settings`] |
 //! | checks | a new connection's server checks (version, role, eviction, preload) | `checks` |
 //! | | the ACL user's permissions, for the program lists it is given | [`acl`] |
 //! | topology | Sentinel: which node is the master now | `sentinel` |
 //! | | supervised connections to one node | `connection` |
 //! | | Redis Cluster: the slot map and a node set per master | `cluster` |
 //! | | the connections of one provider, and running a program on them | `pool` |
+//! | fleet | fleet membership: the heartbeat program, its task, the last known size | [`fleet`] |
 //! | ports | the rate-limit provider | [`provider`] |
 //! | | the event-gate provider (second port) | [`gate`] |
 //!
@@ -60,6 +61,7 @@ pub mod deny_cache;
 mod dial;
 pub mod error;
 pub mod failure;
+pub mod fleet;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod gate;
@@ -81,7 +83,8 @@ mod wire;
 
 pub use batch::BatchStats;
 pub use error::{Error, SettingsProblem, SettingsProblems};
+pub use fleet::FleetView;
 pub use gate::{RedisGateProvider, RedisGateSettings};
 pub use provider::RedisProvider;
-pub use settings::{RedisSettings, Topology};
+pub use settings::{FleetSettings, RedisSettings, Topology};
 pub use tls::TlsFiles;

@@ -18,7 +18,8 @@
 //!
 //! A dedicated ACL user needs only `~<key_prefix>:* +evalsha +eval +script|load +ping +time
 //! +get +set` (the programs call `TIME`, `GET` and `SET`); a cluster also `+cluster|slots`,
-//! and `min_replicas_ack` `+wait`. `INFO`, `ROLE` and `CONFIG GET` are optional: without
+//! and `min_replicas_ack` `+wait`; a configured fleet heartbeat `+zadd +zremrangebyscore
+//! +zcard +pexpire` (only then). `INFO`, `ROLE` and `CONFIG GET` are optional: without
 //! them the server version, role and eviction checks are skipped. A refused login leaves the
 //! connection down (`Unavailable(connect)`), a refused command or key is
 //! `Incompatible(program)`.
@@ -57,6 +58,17 @@
 //! `ZCARD`, `ZRANGE`, `ZREMRANGEBYSCORE`, `PEXPIRE`) checked against the ACL user, only
 //! when a concurrency policy is configured: a rate-only deployment needs no new grant.
 //!
+//! ## Fleet membership
+//!
+//! With [`RedisSettings::fleet`] set, the provider preloads `lua/fleet-heartbeat-v1.lua`
+//! (and checks its commands against the ACL user) and starts one background task that runs
+//! it every `heartbeat` on the fleet key `<prefix>:fleet:{<name>}`, the first time at once
+//! (see [`crate::fleet`]). [`RedisProvider::fleet`] reads the last known number of live
+//! instances of the fleet; it stays frozen while Redis does not answer, which is what a
+//! local fallback dividing its limits by it needs. The providers a reload makes share the
+//! task; it stops with the last of them. Without fleet settings nothing of this runs and no
+//! fleet key is written.
+//!
 //! ## `min_replicas_ack`
 //!
 //! With `min_replicas_ack = n`, each program's reply is followed by `WAIT n <command_timeout /
@@ -87,6 +99,7 @@ use crate::batch::{BatchStats, Batcher, Decision};
 use crate::deny_cache::DenyCache;
 use crate::error::{Error, SettingsProblem};
 use crate::failure::Failure;
+use crate::fleet::{Fleet, FleetView};
 use crate::keys::{ReplayMember, hash_slot, replay_key};
 use crate::leases::Leasing;
 use crate::plan::Plan;
@@ -152,6 +165,8 @@ pub struct RedisProvider {
     deny_cache: Arc<DenyCache>,
     /// The groups of evaluations being batched, shared like the denial cache.
     batcher: Arc<Batcher>,
+    /// The fleet heartbeat, with fleet settings; shared like the denial cache.
+    fleet: Option<Fleet>,
 }
 
 /// The plan of every policy of `policies`.
@@ -183,6 +198,8 @@ impl RedisProvider {
     /// first connection. An unreachable server is not an error: the provider then answers
     /// `Unavailable(connect)` until it connects in the background.
     ///
+    /// With [`RedisSettings::fleet`], also starts the fleet heartbeat (its first call at once).
+    ///
     /// Must be called inside a Tokio runtime (the supervisors are tasks of it).
     ///
     /// # Errors
@@ -198,10 +215,21 @@ impl RedisProvider {
         {
             scripts.extend(crate::leases::scripts());
         }
+        if settings.fleet.is_some() {
+            scripts.push(&crate::fleet::HEARTBEAT);
+        }
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
         let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
         let deny_cache = Arc::new(DenyCache::new(settings.deny_cache_max_entries));
         let batcher = Arc::new(Batcher::new(settings.batch_max));
+        let fleet = settings.fleet.as_ref().map(|f| {
+            Fleet::start(
+                pool.clone(),
+                &settings.key_prefix,
+                f,
+                settings.command_timeout,
+            )
+        });
         Ok(Self {
             settings,
             policies,
@@ -210,6 +238,7 @@ impl RedisProvider {
             tokens: Arc::new(RandomTokens::default()),
             deny_cache,
             batcher,
+            fleet,
         })
     }
 
@@ -273,6 +302,7 @@ impl RedisProvider {
             tokens: self.tokens.clone(),
             deny_cache: self.deny_cache.clone(),
             batcher: self.batcher.clone(),
+            fleet: self.fleet.clone(),
         })
     }
 
@@ -285,6 +315,13 @@ impl RedisProvider {
     /// makes from this one).
     pub fn batch_stats(&self) -> BatchStats {
         self.batcher.stats()
+    }
+
+    /// This instance's fleet membership (its name, instance id and the last known size of
+    /// the fleet), shared by the providers a reload makes from this one; `None` without
+    /// [`RedisSettings::fleet`].
+    pub fn fleet(&self) -> Option<FleetView> {
+        self.fleet.as_ref().map(Fleet::view)
     }
 
     /// The settings this provider runs with.

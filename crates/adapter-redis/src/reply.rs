@@ -285,6 +285,7 @@ pub fn decide(reply: &Reply, policy: &RateLimitPolicy) -> Result<RateLimitOutcom
         revision: policy.revision(),
         source: Source::GlobalRedis,
         certainty: policy.kind().certainty(),
+        fleet: None,
     }))
 }
 

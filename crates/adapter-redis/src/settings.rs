@@ -93,6 +93,105 @@ pub struct RedisSettings {
     /// At most this many evaluations that are ready at the same moment for one node leave as
     /// one call of the batch program (1..=64; 1: one program call per decision).
     pub batch_max: usize,
+    /// Fleet membership: announce this instance with a heartbeat and keep the last known
+    /// count of live instances (see [`crate::fleet`]); `None` (default): no heartbeat.
+    pub fleet: Option<FleetSettings>,
+}
+
+/// The fleet heartbeat of one instance: which fleet it belongs to and how often it says so
+/// (see [`crate::fleet`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetSettings {
+    /// The fleet's name, 1..=64 characters of `[A-Za-z0-9_.-]`: instances of one name count
+    /// each other (the hash tag of the fleet key).
+    pub name: String,
+    /// How often this instance announces itself (100 ms..=60 s).
+    pub heartbeat: Duration,
+    /// How long an announcement counts (at least twice `heartbeat`, at most 10 min): an
+    /// instance that stopped leaves the count within about `ttl`.
+    pub ttl: Duration,
+}
+
+impl Default for FleetSettings {
+    /// Fleet `default`, a heartbeat every second, counted for 5 s.
+    fn default() -> Self {
+        Self {
+            name: "default".to_owned(),
+            heartbeat: Duration::from_secs(1),
+            ttl: Duration::from_secs(5),
+        }
+    }
+}
+
+impl FleetSettings {
+    /// Longest accepted `name`.
+    pub const MAX_NAME: usize = 64;
+    /// Shortest accepted `heartbeat`.
+    pub const MIN_HEARTBEAT: Duration = Duration::from_millis(100);
+    /// Longest accepted `heartbeat`.
+    pub const MAX_HEARTBEAT: Duration = Duration::from_secs(60);
+    /// Longest accepted `ttl`.
+    pub const MAX_TTL: Duration = Duration::from_secs(600);
+
+    /// Checks the name and the two durations (as part of [`RedisSettings::validate`]).
+    ///
+    /// # Errors
+    /// Every problem found, named `fleet.name`, `fleet.heartbeat` or `fleet.ttl`.
+    pub fn validate(&self) -> Result<(), SettingsProblems> {
+        let mut problems = Problems::default();
+        self.check(&mut problems);
+        if problems.0.is_empty() {
+            Ok(())
+        } else {
+            Err(SettingsProblems(problems.0))
+        }
+    }
+
+    fn check(&self, problems: &mut Problems) {
+        let name_ok = !self.name.is_empty()
+            && self.name.len() <= Self::MAX_NAME
+            && self
+                .name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'));
+        if !name_ok {
+            problems.push(
+                "fleet.name",
+                format!(
+                    "must be 1..={} characters of [A-Za-z0-9_.-], got {:?}",
+                    Self::MAX_NAME,
+                    self.name.chars().take(80).collect::<String>()
+                ),
+            );
+        }
+        if self.heartbeat < Self::MIN_HEARTBEAT || self.heartbeat > Self::MAX_HEARTBEAT {
+            problems.push(
+                "fleet.heartbeat",
+                format!(
+                    "must be between {:?} and {:?}, got {:?}",
+                    Self::MIN_HEARTBEAT,
+                    Self::MAX_HEARTBEAT,
+                    self.heartbeat
+                ),
+            );
+        }
+        let min_ttl = self.heartbeat.saturating_mul(2);
+        if self.ttl < min_ttl || self.ttl > Self::MAX_TTL {
+            problems.push(
+                "fleet.ttl",
+                format!(
+                    "must be at least twice fleet.heartbeat ({min_ttl:?}) and at most {:?}, got {:?}",
+                    Self::MAX_TTL,
+                    self.ttl
+                ),
+            );
+        }
+    }
+
+    /// [`Self::ttl`] in whole milliseconds, as the heartbeat program takes it.
+    pub(crate) fn ttl_ms(&self) -> u64 {
+        u64::try_from(self.ttl.as_millis()).unwrap_or(u64::MAX)
+    }
 }
 
 impl RedisSettings {
@@ -136,6 +235,7 @@ impl RedisSettings {
             min_replicas_ack: 0,
             deny_cache_max_entries: 100_000,
             batch_max: 16,
+            fleet: None,
         }
     }
 
@@ -263,6 +363,9 @@ impl RedisSettings {
             );
         }
         problems.check(check_prefix(&self.key_prefix));
+        if let Some(fleet) = &self.fleet {
+            fleet.check(problems);
+        }
         if self.username.as_deref() == Some("") {
             problems.push("username", "must not be empty");
         }
@@ -579,6 +682,7 @@ impl fmt::Debug for RedisSettings {
             .field("min_replicas_ack", &self.min_replicas_ack)
             .field("deny_cache_max_entries", &self.deny_cache_max_entries)
             .field("batch_max", &self.batch_max)
+            .field("fleet", &self.fleet)
             .finish()
     }
 }

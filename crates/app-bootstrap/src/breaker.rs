@@ -457,6 +457,7 @@ mod tests {
             revision: PolicyRevision::new(1).expect("valid"),
             source: Source::GlobalRedis,
             certainty: Certainty::Certain,
+            fleet: None,
         }))
     }
 

@@ -33,7 +33,7 @@ use shared_contract::{EdgeRateLimitPort, FailurePolicy};
 #[cfg(feature = "redis")]
 use crate::breaker::CircuitBreaker;
 #[cfg(all(feature = "local", feature = "redis"))]
-use crate::fallback::LocalFallback;
+use crate::fallback::{FallbackStore, FleetSize, LocalFallback};
 #[cfg(feature = "redis")]
 use crate::features::Feature;
 use crate::features::unavailable;
@@ -90,11 +90,14 @@ enum Base {
         /// The local fallback's store, once some policy asked for it; kept when a reload no
         /// longer needs it, so a later one finds its state again.
         #[cfg(feature = "local")]
-        fallback: Option<Arc<LocalProvider>>,
+        fallback: Option<Arc<FallbackStore>>,
         #[cfg(feature = "local")]
         clock: Arc<dyn Clock>,
         #[cfg(feature = "local")]
         local: adapter_local::LocalSettings,
+        /// `[rate_limit.fleet]`'s `size_when_unknown`, for a fallback a reload adds.
+        #[cfg(feature = "local")]
+        size_when_unknown: u64,
     },
 }
 
@@ -173,6 +176,7 @@ impl RateLimitRuntime {
             fallback,
             clock,
             local,
+            size_when_unknown,
         } = &self.base
         else {
             return Ok(());
@@ -189,8 +193,15 @@ impl RateLimitRuntime {
         #[cfg(feature = "local")]
         let store = match fallback {
             Some(f) => Some(Arc::new(f.with_policies(policies))),
-            None => needs_fallback
-                .then(|| Arc::new(LocalProvider::fallback(policies, clock.clone(), *local))),
+            None => needs_fallback.then(|| {
+                Arc::new(fallback_store(
+                    policies,
+                    clock.clone(),
+                    *local,
+                    &redis,
+                    *size_when_unknown,
+                ))
+            }),
         };
         #[cfg(not(feature = "local"))]
         let store: Fallback = None;
@@ -208,6 +219,7 @@ impl RateLimitRuntime {
                 fallback: store,
                 clock: clock.clone(),
                 local: *local,
+                size_when_unknown: *size_when_unknown,
             };
         }
         #[cfg(not(feature = "local"))]
@@ -303,11 +315,24 @@ async fn redis(
     // Checked before connecting.
     let fallback = needs_fallback(e)?;
     let clock: Arc<dyn Clock> = Arc::new(SystemClock);
-    let redis = Arc::new(RedisProvider::connect(r.redis.clone(), e.policies.clone()).await?);
+    let mut redis_settings = r.redis.clone();
+    // The heartbeat runs only for the fallback's sake: a deployment without one needs no
+    // fleet key and no ACL grant for it.
+    if fallback {
+        redis_settings.fleet = Some(e.fleet.heartbeat_settings());
+    }
+    let redis = Arc::new(RedisProvider::connect(redis_settings, e.policies.clone()).await?);
     #[cfg(feature = "local")]
     let fallback = fallback.then(|| {
         let policies = e.policies.clone();
-        Arc::new(LocalProvider::fallback(policies, clock.clone(), e.local))
+        let size = e.fleet.size_when_unknown;
+        Arc::new(fallback_store(
+            policies,
+            clock.clone(),
+            e.local,
+            &redis,
+            size,
+        ))
     });
     // Without `local`, settings that ask for the fallback were refused above.
     #[cfg(not(feature = "local"))]
@@ -347,6 +372,7 @@ async fn redis(
             fallback,
             clock,
             local: e.local,
+            size_when_unknown: e.fleet.size_when_unknown,
         },
         #[cfg(not(feature = "local"))]
         base: Base::Redis { redis },
@@ -355,7 +381,21 @@ async fn redis(
 
 /// The local fallback's store, when the stack has the fallback (a policy asks for it).
 #[cfg(all(feature = "redis", feature = "local"))]
-type Fallback = Option<Arc<LocalProvider>>;
+type Fallback = Option<Arc<FallbackStore>>;
+
+/// The fallback of `policies`, sized by `redis`'s fleet heartbeat (none when the provider
+/// started without one: a reload added the fallback, so `size_when_unknown` applies).
+#[cfg(all(feature = "redis", feature = "local"))]
+fn fallback_store(
+    policies: shared_contract::PolicySet,
+    clock: Arc<dyn Clock>,
+    local: adapter_local::LocalSettings,
+    redis: &RedisProvider,
+    size_when_unknown: u64,
+) -> FallbackStore {
+    let fleet = redis.fleet().map(|f| Arc::new(f) as Arc<dyn FleetSize>);
+    FallbackStore::new(policies, clock, local, fleet, size_when_unknown)
+}
 /// Without the `local` feature there is no fallback (settings that ask for one are refused).
 #[cfg(all(feature = "redis", not(feature = "local")))]
 type Fallback = Option<Arc<std::convert::Infallible>>;

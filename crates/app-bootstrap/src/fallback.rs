@@ -1,41 +1,314 @@
 //! `fallback_local`: when the global provider cannot decide, a per-instance local limiter
-//! does, and says so (`source = local_fallback`, `certainty = approximate_fallback`: N
-//! instances may together admit up to N times the limit while the global provider is down).
+//! does, and says so (`source = local_fallback`, `certainty = approximate_fallback`).
+//!
+//! ## The fleet share
+//!
+//! Each instance decides alone, so a fleet of `n` instances each admitting the whole limit
+//! would admit `n` times it. Instead each admits its share: the policy with every amount
+//! divided by the fleet's size ([`RateLimitPolicy::fleet_share`]: rounded down, so the fleet
+//! admits at most the limit, and at least `limit - (n - 1)` of a window's limit). The size is
+//! the last count the Redis heartbeat saw ([`FleetSize`]); it is frozen while Redis is
+//! unreachable, which is when the fallback decides. An instance that never saw a count
+//! (started during the outage) uses `size_when_unknown` (default 1: the whole limit, as if
+//! alone; set it to the fleet's usual size for the bound to hold for such instances too).
+//! A share that rounds to 0 (a limit smaller than the fleet) denies every request.
+//!
+//! The shares' state lives in a store of its own per fleet size: when the size changes (only
+//! a heartbeat that reached Redis changes it) the next outage starts from empty state. A
+//! reload keeps the store (a policy of the same id and revision keeps its state).
 //!
 //! Applies to `Unavailable`, `Indeterminate` and `Incompatible` outcomes alike: each means
 //! "no global answer", and the fallback's answer never claims to be one. The provider's own
-//! outcome is counted (`rate_limit_fallback_total{reason}`) so operators see why.
+//! outcome is counted (`rate_limit_fallback_total{reason}`) so operators see why, and the
+//! share in force is a gauge (`rate_limit_fallback_share{policy}`).
 //!
 //! Leases are never taken locally: a lease held in one instance's memory could not be
 //! released through another, and its place would count on that instance alone. Acquire and
 //! release go to the global provider, and a concurrency policy's failure is handled at the
 //! edge like `fail_closed` (or `fail_open` when the policy says so).
 
-use std::sync::Arc;
+use std::collections::BTreeSet;
+use std::fmt;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use adapter_local::LocalProvider;
+use adapter_local::{LocalProvider, LocalSettings};
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Deadline, EdgeRateLimitPort, FailurePolicy, MultiOutcome,
-    MultiRequest, Outcome, PolicyId, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
-    ReleaseOutcome, ReleaseRequest, RequestError,
+    AcquireOutcome, AcquireRequest, Certainty, Clock, Deadline, EdgeRateLimitPort, FailurePolicy,
+    FleetShare, MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet,
+    RateLimitDecision, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness,
+    ReleaseOutcome, ReleaseRequest, RequestError, Source,
 };
+
+/// Where the fleet's size comes from (the Redis heartbeat's last count).
+pub trait FleetSize: fmt::Debug + Send + Sync {
+    /// The live instances last counted, this one included; `None` before the first count.
+    fn size(&self) -> Option<u64>;
+}
+
+#[cfg(feature = "redis")]
+impl FleetSize for adapter_redis::fleet::FleetView {
+    fn size(&self) -> Option<u64> {
+        adapter_redis::fleet::FleetView::settled_size(self)
+    }
+}
+
+/// The fallback's state (see the module docs): kept across reloads.
+#[derive(Debug)]
+pub struct FallbackStore {
+    policies: PolicySet,
+    clock: Arc<dyn Clock>,
+    settings: LocalSettings,
+    fleet: Option<Arc<dyn FleetSize>>,
+    size_when_unknown: u64,
+    /// The shares of the fleet size last used, with their store.
+    current: Mutex<Option<Arc<Shares>>>,
+}
+
+/// The shares of every policy for one fleet size, over a store of their own.
+#[derive(Debug)]
+struct Shares {
+    size: u64,
+    provider: LocalProvider,
+    /// Policies whose share rounds to 0: every request of theirs is denied. (Their place in
+    /// `provider` holds the whole policy, never used, so the set keeps its default.)
+    zero: BTreeSet<PolicyId>,
+}
+
+impl Shares {
+    fn new(store: &FallbackStore, size: u64) -> Self {
+        let mut zero = BTreeSet::new();
+        let shares: Vec<RateLimitPolicy> = store
+            .policies
+            .iter()
+            .map(|p| {
+                p.fleet_share(size).unwrap_or_else(|| {
+                    zero.insert(p.id().clone());
+                    p.clone()
+                })
+            })
+            .collect();
+        let set = PolicySet::new(shares, store.policies.default_id().clone())
+            .expect("the same ids and default as a valid set");
+        for p in set.iter() {
+            let share = if zero.contains(p.id()) {
+                0
+            } else {
+                p.algorithm().limit()
+            };
+            metrics::gauge!("rate_limit_fallback_share", "policy" => p.id().to_string())
+                .set(share as f64);
+        }
+        Self {
+            size,
+            provider: LocalProvider::fallback(set, store.clock.clone(), store.settings),
+            zero,
+        }
+    }
+
+    /// This size's share of `policy` when it admits `cost` at all; `None` when the share is 0
+    /// or smaller than the cost.
+    fn admits(&self, policy: &PolicyId, cost: u64) -> Option<&RateLimitPolicy> {
+        if self.zero.contains(policy) {
+            return None;
+        }
+        self.provider
+            .policies()
+            .get(policy)
+            .filter(|p| p.max_cost().get() >= cost)
+    }
+
+    fn tag(&self, d: &mut RateLimitDecision) {
+        d.fleet = Some(FleetShare {
+            share: d.limit,
+            size: self.size,
+        });
+    }
+
+    /// The denial of a request no share of this size can admit: nothing is charged.
+    fn refuse(
+        &self,
+        policy: &RateLimitPolicy,
+        retry_after_ms: u64,
+        now_ms: u64,
+    ) -> RateLimitDecision {
+        let share = self
+            .admits(policy.id(), 1)
+            .map_or(0, |p| p.algorithm().limit());
+        RateLimitDecision {
+            allowed: false,
+            limit: share,
+            remaining: share,
+            retry_after_ms: retry_after_ms.max(1),
+            reset_at_ms: now_ms.saturating_add(retry_after_ms),
+            policy_id: policy.id().clone(),
+            revision: policy.revision(),
+            source: Source::LocalFallback,
+            certainty: Certainty::ApproximateFallback,
+            fleet: Some(FleetShare {
+                share,
+                size: self.size,
+            }),
+        }
+    }
+}
+
+impl FallbackStore {
+    /// The fallback of `policies` on `clock`, each instance admitting its share of a fleet of
+    /// the size `fleet` last counted (`size_when_unknown` before any count, or without a
+    /// fleet).
+    pub fn new(
+        policies: PolicySet,
+        clock: Arc<dyn Clock>,
+        settings: LocalSettings,
+        fleet: Option<Arc<dyn FleetSize>>,
+        size_when_unknown: u64,
+    ) -> Self {
+        Self {
+            policies,
+            clock,
+            settings,
+            fleet,
+            size_when_unknown: size_when_unknown.max(1),
+            current: Mutex::new(None),
+        }
+    }
+
+    /// The same store for `policies` (a reload): a policy of the same id and revision keeps
+    /// its shares' state.
+    #[must_use]
+    pub fn with_policies(&self, policies: PolicySet) -> Self {
+        let next = Self {
+            policies,
+            clock: self.clock.clone(),
+            settings: self.settings,
+            fleet: self.fleet.clone(),
+            size_when_unknown: self.size_when_unknown,
+            current: Mutex::new(None),
+        };
+        let current = self
+            .current
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        if let Some(old) = current {
+            let fresh = Shares::new(&next, old.size);
+            let shares = Shares {
+                provider: old
+                    .provider
+                    .with_policies(fresh.provider.policies().clone()),
+                ..fresh
+            };
+            *next.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(shares));
+        }
+        next
+    }
+
+    /// The fleet size in force: the last count, or `size_when_unknown`.
+    pub fn size(&self) -> u64 {
+        self.fleet
+            .as_ref()
+            .and_then(|f| f.size())
+            .unwrap_or(self.size_when_unknown)
+            .max(1)
+    }
+
+    /// The shares of the size in force; a new size gets a new, empty store.
+    fn shares(&self) -> Arc<Shares> {
+        let size = self.size();
+        let mut current = self.current.lock().unwrap_or_else(|p| p.into_inner());
+        match &*current {
+            Some(s) if s.size == size => s.clone(),
+            _ => {
+                let shares = Arc::new(Shares::new(self, size));
+                *current = Some(shares.clone());
+                shares
+            }
+        }
+    }
+
+    /// Decides `request` with this instance's share.
+    fn evaluate(
+        &self,
+        request: &RateLimitRequest,
+        retry_after_ms: u64,
+    ) -> Result<RateLimitOutcome, RequestError> {
+        let shares = self.shares();
+        if shares
+            .admits(&request.policy_id, request.cost.get())
+            .is_none()
+        {
+            let Some(policy) = self.policies.get(&request.policy_id) else {
+                return Err(RequestError::UnknownPolicy(request.policy_id.clone()));
+            };
+            return Ok(RateLimitOutcome::Evaluated(shares.refuse(
+                policy,
+                retry_after_ms,
+                self.clock.now_ms(),
+            )));
+        }
+        let mut outcome = shares.provider.evaluate_now(request)?;
+        if let RateLimitOutcome::Evaluated(d) = &mut outcome {
+            shares.tag(d);
+        }
+        Ok(outcome)
+    }
+
+    /// Decides `request` with this instance's shares, all or nothing.
+    fn evaluate_all(
+        &self,
+        request: &MultiRequest,
+        retry_after_ms: u64,
+    ) -> Result<MultiOutcome, RequestError> {
+        let shares = self.shares();
+        let refused = request
+            .limits
+            .iter()
+            .any(|l| shares.admits(&l.policy_id, l.cost.get()).is_none());
+        if refused {
+            let mut decisions = Vec::with_capacity(request.limits.len());
+            for l in request.limits.iter() {
+                let Some(policy) = self.policies.get(&l.policy_id) else {
+                    return Err(RequestError::UnknownPolicy(l.policy_id.clone()));
+                };
+                decisions.push(shares.refuse(policy, retry_after_ms, self.clock.now_ms()));
+            }
+            return Ok(MultiOutcome::Evaluated(MultiDecision {
+                allowed: false,
+                decisions,
+                replayed: false,
+            }));
+        }
+        let mut outcome = shares.provider.evaluate_all_now(request)?;
+        if let MultiOutcome::Evaluated(d) = &mut outcome {
+            for member in &mut d.decisions {
+                shares.tag(member);
+            }
+        }
+        Ok(outcome)
+    }
+}
 
 /// See the module docs.
 #[derive(Debug)]
 pub struct LocalFallback {
     inner: Arc<dyn EdgeRateLimitPort>,
-    fallback: Arc<LocalProvider>,
+    fallback: Arc<FallbackStore>,
 }
 
 impl LocalFallback {
-    /// `fallback` should be built with [`LocalProvider::fallback`], so its decisions report
-    /// `local_fallback`.
-    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, fallback: impl Into<Arc<LocalProvider>>) -> Self {
-        Self {
-            inner,
-            fallback: fallback.into(),
-        }
+    /// `inner` answered by `fallback` when it cannot decide.
+    pub fn new(inner: Arc<dyn EdgeRateLimitPort>, fallback: Arc<FallbackStore>) -> Self {
+        Self { inner, fallback }
+    }
+}
+
+/// The retry hint of an outcome that is not a decision.
+fn retry_after<T>(outcome: &Outcome<T>) -> u64 {
+    match outcome {
+        Outcome::Unavailable { retry_after_ms, .. }
+        | Outcome::Indeterminate { retry_after_ms, .. } => *retry_after_ms,
+        _ => 1_000,
     }
 }
 
@@ -78,10 +351,11 @@ impl EdgeRateLimitPort for LocalFallback {
         // The global attempt may have used the caller's whole budget (a command timeout); the
         // local decision takes microseconds, so it gets a fresh one.
         let deadline = Deadline::within(Duration::from_secs(1)).unwrap_or(request.deadline);
-        self.fallback.evaluate_now(&RateLimitRequest {
+        let request = RateLimitRequest {
             deadline,
             ..request
-        })
+        };
+        self.fallback.evaluate(&request, retry_after(&outcome))
     }
 
     async fn evaluate_all(&self, request: MultiRequest) -> Result<MultiOutcome, RequestError> {
@@ -105,11 +379,13 @@ impl EdgeRateLimitPort for LocalFallback {
         // An evaluation id is the global provider's to honour: the fallback decides afresh
         // (an `Indeterminate` global attempt may have charged; the fallback says it is
         // approximate anyway).
-        self.fallback.evaluate_all_now(&MultiRequest {
+        let retry_after_ms = retry_after(&outcome);
+        let request = MultiRequest {
             deadline,
             evaluation_id: None,
             ..request
-        })
+        };
+        self.fallback.evaluate_all(&request, retry_after_ms)
     }
 
     async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
@@ -128,5 +404,160 @@ impl EdgeRateLimitPort for LocalFallback {
     /// see that the global one does not.
     async fn readiness(&self) -> Readiness {
         self.inner.readiness().await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use shared_contract::testing::ScriptedPort;
+    use shared_contract::{Cost, Limit, Limits, ManualClock, SubjectDigest, UnavailableCategory};
+
+    use super::*;
+
+    /// A fleet whose count the test sets (0: not counted yet).
+    #[derive(Debug, Default)]
+    struct Counted(AtomicU64);
+
+    impl FleetSize for Counted {
+        fn size(&self) -> Option<u64> {
+            Some(self.0.load(Ordering::Relaxed)).filter(|n| *n > 0)
+        }
+    }
+
+    fn policies() -> PolicySet {
+        let window = RateLimitPolicy::fixed_window("api", 10)
+            .per(Duration::from_secs(3600))
+            .max_cost(5)
+            .failure_policy(FailurePolicy::FallbackLocal)
+            .build()
+            .expect("valid policy");
+        let bucket = RateLimitPolicy::token_bucket("tokens", 2)
+            .per(Duration::from_secs(3600))
+            .failure_policy(FallbackLocal)
+            .build()
+            .expect("valid policy");
+        let id = window.id().clone();
+        PolicySet::new([window, bucket], id).expect("valid set")
+    }
+    use FailurePolicy::FallbackLocal;
+
+    /// A fallback over a provider that is down, on a fleet the test counts.
+    fn fallback(size_when_unknown: u64) -> (LocalFallback, Arc<Counted>) {
+        let fleet = Arc::new(Counted::default());
+        let clock = Arc::new(ManualClock::new(1_000_000));
+        let store = FallbackStore::new(
+            policies(),
+            clock,
+            LocalSettings::default(),
+            Some(fleet.clone()),
+            size_when_unknown,
+        );
+        let down = ScriptedPort::unavailable(policies(), UnavailableCategory::Connect, 250);
+        (LocalFallback::new(Arc::new(down), Arc::new(store)), fleet)
+    }
+
+    fn request(policy: &str, subject: u8, cost: u64) -> RateLimitRequest {
+        RateLimitRequest {
+            policy_id: PolicyId::new(policy).expect("valid id"),
+            subject: SubjectDigest::from_bytes([subject; 32]),
+            cost: Cost::new(cost).expect("valid cost"),
+            evaluation_id: None,
+            deadline: Deadline::within(Duration::from_secs(1)).expect("valid budget"),
+        }
+    }
+
+    async fn decide(f: &LocalFallback, r: RateLimitRequest) -> RateLimitDecision {
+        match f.evaluate(r).await.expect("a valid request") {
+            RateLimitOutcome::Evaluated(d) => d,
+            other => panic!("expected a decision, got {other:?}"),
+        }
+    }
+
+    /// Cost admitted by `n` requests of cost 1.
+    async fn admitted(f: &LocalFallback, policy: &str, subject: u8, n: usize) -> u64 {
+        let mut total = 0;
+        for _ in 0..n {
+            total += u64::from(decide(f, request(policy, subject, 1)).await.allowed);
+        }
+        total
+    }
+
+    #[tokio::test]
+    async fn each_instance_admits_its_share_of_the_counted_fleet() {
+        let (f, fleet) = fallback(1);
+        fleet.0.store(3, Ordering::Relaxed);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 3, "10 / 3 rounded down");
+        let d = decide(&f, request("api", 1, 1)).await;
+        assert!(!d.allowed);
+        assert_eq!(d.source, Source::LocalFallback);
+        assert_eq!(d.limit, 3);
+        assert_eq!(d.fleet, Some(FleetShare { share: 3, size: 3 }));
+        // A new count is a new store: the next outage starts afresh at the new share.
+        fleet.0.store(2, Ordering::Relaxed);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 5);
+    }
+
+    #[tokio::test]
+    async fn before_any_count_the_configured_size_applies() {
+        let (f, _) = fallback(4);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 2, "10 / 4");
+        let d = decide(&f, request("api", 1, 1)).await;
+        assert_eq!(d.fleet, Some(FleetShare { share: 2, size: 4 }));
+        let (alone, _) = fallback(1);
+        assert_eq!(admitted(&alone, "api", 1, 20).await, 10);
+    }
+
+    #[tokio::test]
+    async fn a_share_of_nothing_or_below_the_cost_denies_without_an_error() {
+        let (f, fleet) = fallback(1);
+        fleet.0.store(3, Ordering::Relaxed);
+        // Token bucket of 2 over 3 instances: a share of 0.
+        let d = decide(&f, request("tokens", 1, 1)).await;
+        assert!(!d.allowed);
+        assert_eq!(d.fleet, Some(FleetShare { share: 0, size: 3 }));
+        assert_eq!(d.retry_after_ms, 250, "the provider's retry hint");
+        // A cost of 5 is valid for the policy but above a share of 3: denied, not refused.
+        let d = decide(&f, request("api", 2, 5)).await;
+        assert!(!d.allowed);
+        assert_eq!(d.fleet, Some(FleetShare { share: 3, size: 3 }));
+        assert_eq!(
+            admitted(&f, "api", 2, 20).await,
+            3,
+            "the denial charged nothing"
+        );
+    }
+
+    #[tokio::test]
+    async fn several_limits_are_shared_all_or_nothing() {
+        let (f, fleet) = fallback(1);
+        fleet.0.store(2, Ordering::Relaxed);
+        let limits = |cost| {
+            let limit = |policy: &str, cost| Limit {
+                policy_id: PolicyId::new(policy).expect("valid id"),
+                subject: SubjectDigest::from_bytes([7; 32]),
+                cost: Cost::new(cost).expect("valid cost"),
+            };
+            MultiRequest {
+                limits: Limits::new(vec![limit("api", cost), limit("tokens", 1)])
+                    .expect("valid limits"),
+                evaluation_id: None,
+                deadline: Deadline::within(Duration::from_secs(1)).expect("valid budget"),
+            }
+        };
+        let MultiOutcome::Evaluated(d) = f.evaluate_all(limits(1)).await.expect("valid") else {
+            panic!("expected a decision")
+        };
+        assert!(d.allowed);
+        let shares: Vec<_> = d.decisions.iter().map(|m| m.fleet).collect();
+        let share = |share| Some(FleetShare { share, size: 2 });
+        assert_eq!(shares, vec![share(5), share(1)]);
+        // The bucket's share (1) is spent: the window is not charged either.
+        let MultiOutcome::Evaluated(d) = f.evaluate_all(limits(1)).await.expect("valid") else {
+            panic!("expected a decision")
+        };
+        assert!(!d.allowed);
+        assert_eq!(admitted(&f, "api", 7, 20).await, 4, "5 - the first request");
     }
 }

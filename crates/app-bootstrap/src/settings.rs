@@ -449,6 +449,9 @@ pub struct EnabledSettings {
     /// `[rate_limit.circuit_breaker]`, applied around the redis provider.
     #[cfg(feature = "redis")]
     pub breaker: BreakerSettings,
+    /// `[rate_limit.fleet]`: the fleet whose size divides the local fallback's limits.
+    #[cfg(feature = "redis")]
+    pub fleet: FleetConfig,
 }
 
 /// Which provider answers: one variant per provider this build holds (features `local` and
@@ -516,6 +519,91 @@ pub enum PasswordSource {
     Key,
     /// `password_file`: the file at this path.
     File(PathBuf),
+}
+
+/// `[rate_limit.fleet]` (feature `redis`): with the redis provider and a policy that falls
+/// back locally, each instance announces itself in Redis every `heartbeat` (counted for
+/// `ttl`) under the fleet `name`, and while Redis is unavailable admits its share of each
+/// limit: the limit divided by the live instances last counted, or by `size_when_unknown`
+/// before any count (an instance started during an outage).
+#[cfg(feature = "redis")]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FleetConfig {
+    /// `rate_limit.fleet.name`: instances of one name count each other.
+    pub name: String,
+    /// `rate_limit.fleet.heartbeat`: how often this instance announces itself.
+    pub heartbeat: Duration,
+    /// `rate_limit.fleet.ttl`: how long an announcement counts.
+    pub ttl: Duration,
+    /// `rate_limit.fleet.size_when_unknown`: the fleet size assumed before any count.
+    pub size_when_unknown: u64,
+}
+
+#[cfg(feature = "redis")]
+impl Default for FleetConfig {
+    /// Fleet `default`, a heartbeat every second counted for 5 s; alone until counted.
+    fn default() -> Self {
+        let redis = adapter_redis::settings::FleetSettings::default();
+        Self {
+            name: redis.name,
+            heartbeat: redis.heartbeat,
+            ttl: redis.ttl,
+            size_when_unknown: 1,
+        }
+    }
+}
+
+#[cfg(feature = "redis")]
+impl FleetConfig {
+    /// Largest accepted `size_when_unknown`.
+    pub const MAX_SIZE_WHEN_UNKNOWN: u64 = 10_000;
+
+    /// The heartbeat's settings, as the redis provider takes them.
+    pub fn heartbeat_settings(&self) -> adapter_redis::settings::FleetSettings {
+        adapter_redis::settings::FleetSettings {
+            name: self.name.clone(),
+            heartbeat: self.heartbeat,
+            ttl: self.ttl,
+        }
+    }
+
+    /// Checks every field (the heartbeat's by the provider's own rules).
+    ///
+    /// # Errors
+    /// [`PolicyErrors`] with one entry per refused field (`name`, `heartbeat`, `ttl`,
+    /// `size_when_unknown`).
+    pub fn validate(&self) -> Result<(), PolicyErrors> {
+        let mut errors: Vec<PolicyError> = match self.heartbeat_settings().validate() {
+            Ok(()) => Vec::new(),
+            Err(problems) => problems
+                .0
+                .into_iter()
+                .map(|p| PolicyError {
+                    field: match p.field.as_str() {
+                        "fleet.name" => "name",
+                        "fleet.heartbeat" => "heartbeat",
+                        _ => "ttl",
+                    },
+                    problem: p.problem,
+                })
+                .collect(),
+        };
+        if !(1..=Self::MAX_SIZE_WHEN_UNKNOWN).contains(&self.size_when_unknown) {
+            errors.push(PolicyError {
+                field: "size_when_unknown",
+                problem: format!(
+                    "must be between 1 and {}, got {}",
+                    Self::MAX_SIZE_WHEN_UNKNOWN,
+                    self.size_when_unknown
+                ),
+            });
+        }
+        if errors.is_empty() {
+            Ok(())
+        } else {
+            Err(PolicyErrors(errors))
+        }
+    }
 }
 
 /// `[rate_limit.circuit_breaker]` (feature `redis`: the breaker guards the redis provider).

@@ -186,6 +186,7 @@ mod tests {
             revision: PolicyRevision::new(1).expect("valid revision"),
             source: Source::GlobalRedis,
             certainty: Certainty::Certain,
+            fleet: None,
         }
     }
 

@@ -214,7 +214,18 @@ pub(crate) fn decision_json(d: &RateLimitDecision) -> Bytes {
         itoa::Buffer::new(),
         itoa::Buffer::new(),
     );
-    let parts: [&[u8]; 19] = [
+    let (mut share, mut size) = (itoa::Buffer::new(), itoa::Buffer::new());
+    // A fallback decision with a known fleet says which share of the limit it enforced.
+    let fleet: [&[u8]; 4] = match d.fleet {
+        Some(f) => [
+            br#","fleet_share":"#,
+            share.format(f.share).as_bytes(),
+            br#","fleet_size":"#,
+            size.format(f.size).as_bytes(),
+        ],
+        None => [b""; 4],
+    };
+    let parts: [&[u8]; 24] = [
         br#"{"outcome":"evaluated","allowed":"#,
         if d.allowed { b"true" } else { b"false" },
         br#","limit":"#,
@@ -233,7 +244,12 @@ pub(crate) fn decision_json(d: &RateLimitDecision) -> Bytes {
         d.source.as_str().as_bytes(),
         br#"","certainty":""#,
         d.certainty.as_str().as_bytes(),
-        br#""}"#,
+        b"\"",
+        fleet[0],
+        fleet[1],
+        fleet[2],
+        fleet[3],
+        b"}",
     ];
     let mut body = Vec::with_capacity(parts.iter().map(|p| p.len()).sum());
     for part in parts {
@@ -261,6 +277,7 @@ mod tests {
             revision: PolicyRevision::new(4_294_967_295).expect("valid"),
             source: Source::LocalFallback,
             certainty: Certainty::ApproximateFallback,
+            fleet: None,
         };
         let expected = format!(
             r#"{{"outcome":"evaluated","allowed":{},"limit":{},"remaining":{},"retry_after_ms":{},"reset_at_ms":{},"policy":"{}","revision":{},"source":"{}","certainty":"{}"}}"#,
@@ -277,5 +294,14 @@ mod tests {
         assert_eq!(decision_json(&d), expected.as_bytes());
         let d = RateLimitDecision { allowed: true, ..d };
         assert!(decision_json(&d).starts_with(br#"{"outcome":"evaluated","allowed":true,"#));
+        let d = RateLimitDecision {
+            fleet: Some(shared_contract::FleetShare { share: 3, size: 4 }),
+            ..d
+        };
+        assert!(
+            decision_json(&d).ends_with(
+                br#""certainty":"approximate_fallback","fleet_share":3,"fleet_size":4}"#
+            )
+        );
     }
 }

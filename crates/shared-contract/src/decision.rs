@@ -76,6 +76,22 @@ pub struct RateLimitDecision {
     pub source: Source,
     /// How exact the decision is.
     pub certainty: Certainty,
+    /// For a `local_fallback` decision with a known fleet: the share of the limit this
+    /// instance admits while the global provider is unavailable, and the fleet size it was
+    /// divided by. `None` for every other decision.
+    pub fleet: Option<FleetShare>,
+}
+
+/// The fleet-bounded fallback's share behind a decision: each of `size` instances admits at
+/// most `share` (the policy's limit, capacity or burst divided by `size`, rounded down), so
+/// the fleet admits at most the limit while the global provider is down.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FleetShare {
+    /// The limit (or capacity, or burst) this instance admits on its own.
+    pub share: u64,
+    /// The live instances of the fleet, as last known (or the configured size when none was
+    /// known yet).
+    pub size: u64,
 }
 
 /// Why a provider could not even try: known before anything was sent, or the server clock is

@@ -31,8 +31,8 @@ pub use port::multi;
 
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use decision::{
-    Certainty, IncompatibleCategory, Outcome, RateLimitDecision, RateLimitOutcome, Source,
-    UnavailableCategory,
+    Certainty, FleetShare, IncompatibleCategory, Outcome, RateLimitDecision, RateLimitOutcome,
+    Source, UnavailableCategory,
 };
 pub use gate::{
     EventGatePort, EventId, EventKey, EventStatus, GateClock, GateId, GateMode, GateOutcome,

@@ -116,6 +116,7 @@ impl ScriptedPort {
                 revision: policy.revision(),
                 source: Source::Local,
                 certainty: Certainty::Certain,
+                fleet: None,
             }))
         })
     }

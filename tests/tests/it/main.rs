@@ -35,6 +35,7 @@ mod redis_batch;
 mod redis_conformance;
 mod redis_deny_cache;
 mod redis_faults;
+mod redis_fleet;
 mod redis_leases;
 mod redis_multi;
 mod redis_provider;

@@ -26,16 +26,17 @@ use super::reader::{key, read_section, render_section};
 use super::redis;
 use crate::features::Feature;
 #[cfg(feature = "redis")]
-use crate::settings::{BreakerSettings, RedisProviderSettings};
+use crate::settings::{BreakerSettings, FleetConfig, RedisProviderSettings};
 use crate::settings::{EnabledSettings, ProviderSettings, RateLimitSettings};
 use edge_middleware::SubjectSecret;
 
 pub(super) const P: &str = "rate_limit";
 const LOCAL: &str = "rate_limit.local";
 const BREAKER: &str = "rate_limit.circuit_breaker";
+const FLEET: &str = "rate_limit.fleet";
 
 /// The tables inside `[rate_limit]`, each read by its own function.
-const TABLES: [&str; 4] = ["redis", "local", "circuit_breaker", "policies"];
+const TABLES: [&str; 5] = ["redis", "local", "circuit_breaker", "fleet", "policies"];
 
 /// The provider `rate_limit.provider` names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -150,6 +151,15 @@ const BREAKER_KEYS: &[Key<BreakerSettings>] = &[
     key!("cool_down", cool_down),
 ];
 
+/// `[rate_limit.fleet]`. Defaults: [`FleetConfig::default`].
+#[cfg(feature = "redis")]
+const FLEET_KEYS: &[Key<FleetConfig>] = &[
+    key!("name", name),
+    key!("heartbeat", heartbeat),
+    key!("ttl", ttl),
+    key!("size_when_unknown", size_when_unknown),
+];
+
 /// What the section read into, plus what routes need of it: the policy ids it defines, the
 /// `max_cost` of each valid policy and the default policy.
 pub(super) struct RateLimit {
@@ -242,6 +252,8 @@ struct Tables {
     #[cfg(feature = "redis")]
     breaker: Option<BreakerSettings>,
     #[cfg(feature = "redis")]
+    fleet: Option<FleetConfig>,
+    #[cfg(feature = "redis")]
     redis: Option<RedisProviderSettings>,
 }
 
@@ -265,6 +277,8 @@ fn read_tables(c: &mut Check, d: &Dict, draft: &Draft) -> Tables {
         BreakerSettings::validate,
     );
     #[cfg(feature = "redis")]
+    let fleet = read_section(c, FLEET, d.get("fleet"), FLEET_KEYS, FleetConfig::validate);
+    #[cfg(feature = "redis")]
     let redis = {
         let is_redis = draft.provider == Some(ProviderName::Redis);
         redis::read(c, d.get("redis"), draft.enabled && is_redis)
@@ -274,6 +288,7 @@ fn read_tables(c: &mut Check, d: &Dict, draft: &Draft) -> Tables {
         // Only the redis provider's table needs the draft (whether its keys are required).
         let _ = draft;
         c.unavailable_section(BREAKER, d.get("circuit_breaker"), Feature::Redis);
+        c.unavailable_section(FLEET, d.get("fleet"), Feature::Redis);
         c.unavailable_section(REDIS, d.get("redis"), Feature::Redis);
     }
     Tables {
@@ -281,6 +296,8 @@ fn read_tables(c: &mut Check, d: &Dict, draft: &Draft) -> Tables {
         local,
         #[cfg(feature = "redis")]
         breaker,
+        #[cfg(feature = "redis")]
+        fleet,
         #[cfg(feature = "redis")]
         redis,
     }
@@ -353,6 +370,8 @@ fn enabled(c: &mut Check, p: Parts) -> Option<EnabledSettings> {
         local: tables.local?,
         #[cfg(feature = "redis")]
         breaker: tables.breaker?,
+        #[cfg(feature = "redis")]
+        fleet: tables.fleet?,
     })
 }
 
@@ -440,6 +459,7 @@ pub(super) fn render(o: &mut Toml, s: &RateLimitSettings) {
     if let Some(r) = e.provider.redis() {
         redis::render(o, r);
         render_section(o, BREAKER, BREAKER_KEYS, &e.breaker);
+        render_section(o, FLEET, FLEET_KEYS, &e.fleet);
     }
     #[cfg(feature = "local")]
     render_section(o, LOCAL, LOCAL_KEYS, &e.local);

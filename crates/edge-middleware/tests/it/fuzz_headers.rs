@@ -86,6 +86,7 @@ fn outcome(id: PolicyId) -> impl Strategy<Value = RateLimitOutcome> {
                 revision: PolicyRevision::new(1).expect("valid revision"),
                 source: Source::GlobalRedis,
                 certainty: Certainty::Certain,
+                fleet: None,
             })
         }
     });

@@ -29,5 +29,6 @@ mod shadow_local;
 mod stream_bounds;
 mod stream_idle;
 mod stream_lossless;
+mod web_fleet;
 mod web_local;
 mod web_redis;

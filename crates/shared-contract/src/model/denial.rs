@@ -99,6 +99,7 @@ impl DenialBound {
                 revision: policy.revision(),
                 source,
                 certainty: policy.kind().certainty(),
+                fleet: None,
             })
     }
 }

@@ -108,6 +108,7 @@ impl<S> Evaluation<S> {
             revision: policy.revision(),
             source,
             certainty: policy.kind().certainty(),
+            fleet: None,
         })
     }
 

@@ -9,6 +9,7 @@ use crate::ids::{Cost, PolicyId, PolicyRevision};
 
 mod algorithm;
 mod builder;
+mod share;
 
 pub use algorithm::{
     Algorithm, ConcurrencyParams, FixedWindowParams, GcraParams, Rules, SlidingLogParams,

@@ -5,6 +5,7 @@
 mod common;
 mod concurrency_model;
 mod denial_properties;
+mod fleet_share_properties;
 mod gate_model;
 mod gate_model_properties;
 mod model_properties;
