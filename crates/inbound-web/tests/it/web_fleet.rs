@@ -206,3 +206,61 @@ async fn the_count_follows_instances_that_stop_and_start() {
         "{metrics}"
     );
 }
+
+/// What the docs state for the window that spans an outage: the fallback's admissions are not
+/// charged to Redis, so the fleet admits at most the limit in Redis plus the limit in the
+/// fallback (2L), not (N + 1) x L. Redis is frozen (SIGSTOP), not killed, so it keeps what it
+/// admitted before.
+#[tokio::test]
+async fn a_window_spanning_an_outage_admits_at_most_twice_the_limit() {
+    let server = RedisServer::start();
+    let policy = format!("algorithm = \"fixed_window\"\nlimit = {L}\nwindow = \"1h\"");
+    let config = config(server.url(), &policy, 1);
+    let apps: Vec<App> = (0..3).map(|_| App::start(&config, &[])).collect();
+    let c = reqwest::Client::new();
+    for app in &apps {
+        fleet_size_becomes(&c, app, 3, Duration::from_secs(5)).await;
+    }
+    // Before the outage, Redis admits the whole limit across the three.
+    let mut before = 0;
+    for i in 0..(L + 10) {
+        let (_, _, v) = evaluate(&c, &apps[i as usize % 3], BODY).await;
+        assert_eq!(v["source"], "global_redis", "{v}");
+        before += u64::from(v["allowed"] == true);
+    }
+    assert_eq!(before, L);
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let tasks: Vec<_> = apps
+        .iter()
+        .map(|a| tokio::spawn(load(a.url("/v1/evaluate"), stop.clone())))
+        .collect();
+    server.pause();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    server.resume();
+    for app in &apps {
+        eventually(
+            "a global_redis decision after Redis resumed",
+            Duration::from_secs(5),
+            Duration::from_millis(20),
+            async || match evaluate(&c, app, BODY).await {
+                (_, _, v) if v["source"] == "global_redis" => Ok(()),
+                (status, _, v) => Err(format!("{status} {v}")),
+            },
+        )
+        .await;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let (mut global, mut fallback) = (before, 0);
+    for t in tasks {
+        let tally = t.await.expect("load task");
+        eprintln!("{tally:?}");
+        assert!(tally.other.is_empty(), "not decisions: {:?}", tally.other);
+        global += tally.global_allowed;
+        fallback += tally.fallback_allowed;
+    }
+    eprintln!("the window admitted {global} in Redis and {fallback} in the fallback (L = {L})");
+    assert_eq!(global, L, "Redis kept its count through the outage");
+    assert!(fallback <= L && fallback > 0, "{fallback}");
+    assert!(global + fallback <= 2 * L);
+}
