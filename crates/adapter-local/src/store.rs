@@ -287,8 +287,11 @@ impl Shard {
 }
 
 /// Expected keys per shard at `max_keys`, so that a shard's map stays below hashbrown's 7/8
-/// load factor of 4096 buckets (no rounding up to 8192).
-const SHARD_TARGET: u64 = 3_584;
+/// load factor of 4096 buckets (3,584) and does not double to 8192. Keys spread over shards
+/// unevenly (a standard deviation of about 57 at this size): at a mean of 3,584 about 40 % of
+/// the shards doubled (204 bytes per key at 1,000,000 keys); at 3,300, five deviations below
+/// the threshold, none do.
+const SHARD_TARGET: u64 = 3_300;
 const MAX_SHARDS: u64 = 4_096;
 
 /// The bounded, expiring state of every key of one provider.
