@@ -75,6 +75,7 @@
 //! | --- | --- | --- |
 //! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
+mod compact;
 pub mod gate;
 mod leases;
 mod replay;

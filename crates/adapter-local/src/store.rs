@@ -34,6 +34,8 @@ use parking_lot::{Mutex, MutexGuard};
 use shared_contract::Clock;
 use shared_contract::model::AlgorithmState;
 
+use crate::compact::Compact;
+
 /// One stored key: the policy's slot in this provider (which fixes policy id and revision) and
 /// the subject digest, as four words so that comparing and hashing are a few register
 /// operations (no `memcmp` call per probe).
@@ -129,15 +131,14 @@ impl BuildHasher for SeededFold {
 
 /// The state of a held key.
 ///
-/// It does not record its position in the ring: nothing looks a key's position up (the hand and
-/// the sweep walk the ring by position), and keeping it would cost a second random map access
-/// whenever a removal moves the ring's last key into the freed position.
+/// The key's position is its bucket: the hand and the sweep walk buckets by index.
 #[derive(Debug)]
 struct Entry {
-    state: AlgorithmState,
+    /// The state in 24 bytes ([`Compact`]).
+    state: Compact,
     /// Provider-clock ms from which the entry reads as absent (below 2^48, like every time
     /// the models accept), and in the top bit whether the key was seen since the CLOCK hand
-    /// last passed: one word instead of two keeps a bucket at 80 bytes.
+    /// last passed: one word instead of two keeps a bucket at 72 bytes.
     expiry: u64,
 }
 
@@ -147,7 +148,7 @@ const REFERENCED: u64 = 1 << 63;
 impl Entry {
     fn new(state: AlgorithmState, expires_at_ms: u64) -> Self {
         Self {
-            state,
+            state: Compact::pack(state),
             expiry: expires_at_ms & !REFERENCED,
         }
     }
@@ -166,35 +167,37 @@ impl Entry {
 
     /// A write: the new state, live until `expires_at_ms`, seen.
     fn write(&mut self, state: AlgorithmState, expires_at_ms: u64) {
-        self.state = state;
+        self.state = Compact::pack(state);
         self.expiry = (expires_at_ms & !REFERENCED) | REFERENCED;
     }
 }
 
-/// One lock's worth of keys. The map holds the state inline, so a decision touches one bucket;
-/// the ring lists the keys' hashes in slot order for the CLOCK hand and the sweep (only inserts
-/// use it). A hash (8 bytes) finds its key again in the map; two keys of one hash (a 64-bit
-/// collision) would only make the hand or the sweep look at the other one, which is harmless:
-/// the ring stays a multiset of the held keys' hashes.
+/// One lock's worth of keys. The map holds the state inline, so a decision touches one bucket.
+/// The CLOCK hand and the sweep walk the table's buckets by index (only inserts use them): a
+/// bucket index needs no copy of the key, and a rehash only moves where they look next, which
+/// CLOCK's approximation tolerates.
 #[derive(Debug)]
 struct Shard {
     map: HashTable<(Key, Entry)>,
     hasher: SeededFold,
-    ring: Vec<u64>,
-    /// CLOCK hand: the next eviction candidate.
+    /// CLOCK hand: the bucket index of the next eviction candidate.
     hand: usize,
-    /// Sweep cursor: the next slot checked for expiry on insert.
+    /// Sweep cursor: the next bucket checked for expiry on insert.
     sweep: usize,
 }
 
-/// Slots checked for expiry per insert: enough to reclaim expired entries over time at a
-/// bounded cost per call.
-const SWEEP_PER_INSERT: usize = 2;
+/// Buckets checked for expiry per insert (about 0.8 keys each at the load the shards are
+/// sized for): enough to reclaim expired entries over time at a bounded cost per call.
+const SWEEP_PER_INSERT: usize = 3;
 
 /// Most entries the CLOCK hand looks at for one eviction. When all of them were seen
 /// recently the last one goes anyway: an unbounded hand would scan a whole shard (thousands of
 /// cache misses) whenever every key is active, which is exactly when evictions are frequent.
 const VICTIM_PROBES: usize = 8;
+
+/// Most buckets the hand steps over looking for [`VICTIM_PROBES`] entries, so that a sparse
+/// table (keys removed, never shrunk) costs a bounded walk too.
+const VICTIM_BUCKETS: usize = 64;
 
 /// The provider-wide count of held keys, against `max_keys`.
 #[derive(Debug)]
@@ -225,7 +228,6 @@ impl Shard {
         Self {
             map: HashTable::new(),
             hasher,
-            ring: Vec::new(),
             hand: 0,
             sweep: 0,
         }
@@ -246,81 +248,69 @@ impl Shard {
         self.map.find_mut(hash, |(k, _)| k == key).map(|(_, e)| e)
     }
 
-    /// The entry of a key of hash `hash`.
-    fn by_hash(&mut self, hash: u64) -> Option<&mut Entry> {
-        let hasher = self.hasher;
-        self.map
-            .find_mut(hash, |(k, _)| hasher.hash_one(k) == hash)
-            .map(|(_, e)| e)
-    }
-
-    /// Removes a key of hash `hash` from the map; 1 when one was there.
-    fn remove_hash(&mut self, hash: u64) -> u64 {
-        let hasher = self.hasher;
-        match self
-            .map
-            .find_entry(hash, |(k, _)| hasher.hash_one(k) == hash)
-        {
-            Ok(entry) => {
+    /// Removes the key in bucket `i` when it is expired at `now_ms`; 1 when one was removed.
+    fn remove_if_expired(&mut self, i: usize, now_ms: u64) -> u64 {
+        match self.map.get_bucket_entry(i) {
+            Ok(entry) if entry.get().1.expires_at_ms() <= now_ms => {
                 entry.remove();
                 1
             }
-            Err(_) => 0,
+            _ => 0,
         }
     }
 
-    /// Forgets the key at ring position `i`; the last key moves into its place. Returns the
-    /// number of keys removed from the map (0 or 1), whose budget the caller gives back.
-    fn remove_at(&mut self, i: usize) -> u64 {
-        let removed = self.ring.swap_remove(i);
-        self.remove_hash(removed)
-    }
-
-    /// Whether the key at ring position `i` is expired (or, defensively, missing).
-    fn expired_at(&mut self, i: usize, now_ms: u64) -> bool {
-        let hash = self.ring[i];
-        self.by_hash(hash)
-            .is_none_or(|e| e.expires_at_ms() <= now_ms)
-    }
-
-    /// Checks up to `steps` ring positions for expiry and removes the expired keys. Returns
-    /// the number removed, whose budget the caller gives back (or reuses).
-    fn sweep(&mut self, now_ms: u64, mut steps: usize) -> u64 {
+    /// Checks the next `steps` buckets for expiry and removes the expired keys. Returns the
+    /// number removed, whose budget the caller gives back (or reuses).
+    fn sweep(&mut self, now_ms: u64, steps: usize) -> u64 {
+        let buckets = self.map.num_buckets();
+        if self.map.is_empty() {
+            return 0;
+        }
         let mut removed = 0;
-        while steps > 0 && !self.ring.is_empty() {
-            if self.sweep >= self.ring.len() {
+        for _ in 0..steps {
+            if self.sweep >= buckets {
                 self.sweep = 0;
             }
-            if self.expired_at(self.sweep, now_ms) {
-                // The last key moved into this position: check it next.
-                removed += self.remove_at(self.sweep);
-            } else {
-                self.sweep += 1;
-            }
-            steps -= 1;
+            removed += self.remove_if_expired(self.sweep, now_ms);
+            self.sweep += 1;
         }
         removed
     }
 
-    /// The ring position to reuse (the shard is not empty): the first expired or
-    /// unreferenced key among the next [`VICTIM_PROBES`] under the hand, else the last of them.
+    /// The bucket of the key to evict (the shard is not empty): the first expired or
+    /// unreferenced key among the next [`VICTIM_PROBES`] under the hand, else the last of
+    /// them; any key when the hand found none within [`VICTIM_BUCKETS`].
     fn victim(&mut self, now_ms: u64) -> usize {
-        let mut i = 0;
-        for _ in 0..VICTIM_PROBES {
-            if self.hand >= self.ring.len() {
+        let buckets = self.map.num_buckets();
+        let mut last = None;
+        let mut probes = 0;
+        for _ in 0..VICTIM_BUCKETS {
+            if self.hand >= buckets {
                 self.hand = 0;
             }
-            i = self.hand;
+            let i = self.hand;
             self.hand += 1;
-            let hash = self.ring[i];
-            match self.by_hash(hash) {
-                Some(e) if e.expires_at_ms() > now_ms && e.referenced() => {
-                    e.set_referenced(false);
-                }
-                _ => return i,
+            let Some((_, e)) = self.map.get_bucket_mut(i) else {
+                continue;
+            };
+            if e.expires_at_ms() <= now_ms || !e.referenced() {
+                return i;
+            }
+            e.set_referenced(false);
+            last = Some(i);
+            probes += 1;
+            if probes == VICTIM_PROBES {
+                break;
             }
         }
-        i
+        last.unwrap_or_else(|| {
+            let hasher = self.hasher;
+            let (key, _) = self.map.iter().next().expect("the shard is not empty");
+            let key = *key;
+            self.map
+                .find_bucket_index(hasher.hash_one(key), |(k, _)| *k == key)
+                .expect("a key of the table is found in it")
+        })
     }
 
     fn insert(
@@ -340,23 +330,23 @@ impl Shard {
         } else {
             budget.take()
         };
-        let hash = self.hash(&key);
-        if budgeted {
-            self.ring.push(hash);
-        } else if self.ring.is_empty() {
-            // The provider is full and this shard holds nothing to evict: the key is not
-            // stored (it will start fresh next time, as if evicted at once).
-            return;
-        } else {
+        if !budgeted {
+            if self.map.is_empty() {
+                // The provider is full and this shard holds nothing to evict: the key is not
+                // stored (it will start fresh next time, as if evicted at once).
+                return;
+            }
             let i = self.victim(now_ms);
-            let old = std::mem::replace(&mut self.ring[i], hash);
-            self.remove_hash(old);
+            if let Ok(entry) = self.map.get_bucket_entry(i) {
+                entry.remove();
+            }
         }
         let hasher = self.hasher;
-        self.map
-            .insert_unique(hash, (key, Entry::new(state, expires_at_ms)), |(k, _)| {
-                hasher.hash_one(k)
-            });
+        self.map.insert_unique(
+            self.hash(&key),
+            (key, Entry::new(state, expires_at_ms)),
+            |(k, _)| hasher.hash_one(k),
+        );
     }
 }
 
@@ -433,7 +423,7 @@ impl Store {
                 shard
                     .get(key)
                     .filter(|e| now < e.expires_at_ms())
-                    .map(|e| e.state.clone())
+                    .map(|e| e.state.unpack().into_owned())
             })
             .collect();
         let refs: Vec<Option<&AlgorithmState>> = live.iter().map(Option::as_ref).collect();
@@ -466,7 +456,10 @@ impl Store {
         let expires_at = now.saturating_add(lifetime_ms);
         if let Some(entry) = shard.get_mut(&key) {
             let live = now < entry.expires_at_ms();
-            let (new_state, result) = f(live.then_some(&entry.state), now);
+            let (new_state, result) = {
+                let state = entry.state.unpack();
+                f(live.then_some(&*state), now)
+            };
             match new_state {
                 Some(state) => entry.write(state, expires_at),
                 None => entry.set_referenced(true),
@@ -486,14 +479,9 @@ impl Store {
         let mut live = 0;
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
-            let mut i = 0;
-            while i < shard.ring.len() {
-                if shard.expired_at(i, now_ms) {
-                    self.budget.give_back(shard.remove_at(i));
-                } else {
-                    i += 1;
-                }
-            }
+            let before = shard.map.len();
+            shard.map.retain(|(_, e)| e.expires_at_ms() > now_ms);
+            self.budget.give_back((before - shard.map.len()) as u64);
             live += shard.map.len() as u64;
         }
         live
@@ -528,7 +516,7 @@ mod tests {
         store.update(k, clock, 0, |s, _| (None, s.cloned()))
     }
 
-    /// The ring and the map hold the same keys, each once.
+    /// The budget counts exactly the held keys, within the bound.
     fn assert_consistent(store: &Store) {
         let mut held = 0;
         for shard in store.shards.iter() {
@@ -536,15 +524,6 @@ mod tests {
         }
         assert_eq!(store.budget.held.load(Ordering::Acquire), held);
         assert!(held <= store.budget.max);
-        for shard in store.shards.iter() {
-            let shard = shard.lock();
-            assert_eq!(shard.map.len(), shard.ring.len());
-            let mut ring = shard.ring.clone();
-            let mut held: Vec<u64> = shard.map.iter().map(|(k, _)| shard.hash(k)).collect();
-            ring.sort_unstable();
-            held.sort_unstable();
-            assert_eq!(ring, held, "the ring is not the held keys' hashes");
-        }
     }
 
     #[test]
@@ -602,11 +581,11 @@ mod tests {
     }
 
     #[test]
-    fn a_map_bucket_stays_within_80_bytes() {
-        // Key 40 + entry 40 (state 32, expiry with the reference bit): the layout
+    fn a_map_bucket_stays_within_72_bytes() {
+        // Key 40 + entry 32 (state 24, expiry with the reference bit): the layout
         // docs/performance.md's bytes-per-key figure rests on. Larger buckets cost cache misses.
         let bucket = std::mem::size_of::<(Key, Entry)>();
-        assert!(bucket <= 80, "{bucket} bytes");
+        assert!(bucket <= 72, "{bucket} bytes");
     }
 
     #[test]
@@ -653,7 +632,7 @@ mod tests {
     }
 
     #[test]
-    fn swept_and_evicted_slots_keep_the_index_consistent() {
+    fn swept_and_evicted_keys_keep_the_count_consistent() {
         let (store, clock) = (Store::new(50), ManualClock::new(0));
         for round in 0..20u64 {
             for n in 0..80 {
