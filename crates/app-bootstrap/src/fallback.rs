@@ -11,7 +11,10 @@
 //! unreachable, which is when the fallback decides. An instance that never saw a count
 //! (started during the outage) uses `size_when_unknown` (default 1: the whole limit, as if
 //! alone; set it to the fleet's usual size for the bound to hold for such instances too).
-//! A share that rounds to 0 (a limit smaller than the fleet) denies every request.
+//! A share that rounds to 0 (a limit smaller than the fleet) denies every request; so does a
+//! cost above the share. In an evaluation of several limits such a member denies the whole
+//! evaluation without evaluating the others, so every member then reports a denial at its
+//! share (`remaining` = the share: nothing was charged).
 //!
 //! The shares' state lives in a store of its own per fleet size: when the size changes (only
 //! a heartbeat that reached Redis changes it) the next outage starts from empty state. A
@@ -76,7 +79,9 @@ struct Shares {
 }
 
 impl Shares {
-    fn new(store: &FallbackStore, size: u64) -> Self {
+    /// The shares of `store`'s policies for `size`, over a new store, or over `previous`'s
+    /// (a reload: a policy of the same id and revision keeps its state).
+    fn new(store: &FallbackStore, size: u64, previous: Option<&LocalProvider>) -> Self {
         let mut zero = BTreeSet::new();
         let shares: Vec<RateLimitPolicy> = store
             .policies
@@ -99,9 +104,13 @@ impl Shares {
             metrics::gauge!("rate_limit_fallback_share", "policy" => p.id().to_string())
                 .set(share as f64);
         }
+        let provider = match previous {
+            Some(p) => p.with_policies(set),
+            None => LocalProvider::fallback(set, store.clock.clone(), store.settings),
+        };
         Self {
             size,
-            provider: LocalProvider::fallback(set, store.clock.clone(), store.settings),
+            provider,
             zero,
         }
     }
@@ -192,13 +201,7 @@ impl FallbackStore {
             .unwrap_or_else(|p| p.into_inner())
             .clone();
         if let Some(old) = current {
-            let fresh = Shares::new(&next, old.size);
-            let shares = Shares {
-                provider: old
-                    .provider
-                    .with_policies(fresh.provider.policies().clone()),
-                ..fresh
-            };
+            let shares = Shares::new(&next, old.size, Some(&old.provider));
             *next.current.lock().unwrap_or_else(|p| p.into_inner()) = Some(Arc::new(shares));
         }
         next
@@ -220,7 +223,7 @@ impl FallbackStore {
         match &*current {
             Some(s) if s.size == size => s.clone(),
             _ => {
-                let shares = Arc::new(Shares::new(self, size));
+                let shares = Arc::new(Shares::new(self, size, None));
                 *current = Some(shares.clone());
                 shares
             }
@@ -497,6 +500,20 @@ mod tests {
         // A new count is a new store: the next outage starts afresh at the new share.
         fleet.0.store(2, Ordering::Relaxed);
         assert_eq!(admitted(&f, "api", 1, 20).await, 5);
+    }
+
+    #[tokio::test]
+    async fn a_reload_keeps_what_the_shares_admitted() {
+        let (f, fleet) = fallback(1);
+        fleet.0.store(3, Ordering::Relaxed);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 3);
+        let down = ScriptedPort::unavailable(policies(), UnavailableCategory::Connect, 250);
+        let reloaded = LocalFallback::new(
+            Arc::new(down),
+            Arc::new(f.fallback.with_policies(policies())),
+        );
+        assert_eq!(admitted(&reloaded, "api", 1, 20).await, 0, "the share is spent");
+        assert_eq!(admitted(&reloaded, "api", 2, 20).await, 3);
     }
 
     #[tokio::test]
