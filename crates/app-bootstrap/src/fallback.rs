@@ -512,7 +512,11 @@ mod tests {
             Arc::new(down),
             Arc::new(f.fallback.with_policies(policies())),
         );
-        assert_eq!(admitted(&reloaded, "api", 1, 20).await, 0, "the share is spent");
+        assert_eq!(
+            admitted(&reloaded, "api", 1, 20).await,
+            0,
+            "the share is spent"
+        );
         assert_eq!(admitted(&reloaded, "api", 2, 20).await, 3);
     }
 
