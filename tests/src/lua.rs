@@ -347,6 +347,8 @@ pub enum StateError {
     },
     /// Leases are a sorted set, not a rate program's value.
     Leases,
+    /// The programs keep no overdraft (a reservation's state) yet.
+    Overdraft,
 }
 
 impl std::fmt::Display for StateError {
@@ -360,6 +362,7 @@ impl std::fmt::Display for StateError {
                 "sliding-log entry time {time} is after last_ms {last_ms}: not representable"
             ),
             StateError::Leases => write!(f, "leases are a sorted set, not a program's value"),
+            StateError::Overdraft => write!(f, "the programs keep no overdraft yet"),
         }
     }
 }
@@ -394,10 +397,14 @@ fn last_ms_of(state: &AlgorithmState) -> u64 {
 /// The field values of `state` after the revision, in stored order.
 fn fields(state: &AlgorithmState) -> Result<Vec<u64>, StateError> {
     Ok(match state {
-        AlgorithmState::FixedWindow(s) => vec![s.count],
-        AlgorithmState::SlidingWindow(s) => vec![s.previous, s.current],
-        AlgorithmState::TokenBucket(s) => vec![s.tokens],
-        AlgorithmState::Gcra(s) => vec![s.debt],
+        AlgorithmState::FixedWindow(s) if s.overdraft == 0 => vec![s.count],
+        AlgorithmState::SlidingWindow(s) if s.overdraft == 0 => vec![s.previous, s.current],
+        AlgorithmState::TokenBucket(s) if s.overdraft == 0 => vec![s.tokens],
+        AlgorithmState::Gcra(s) if s.overdraft == 0 => vec![s.debt],
+        AlgorithmState::FixedWindow(_)
+        | AlgorithmState::SlidingWindow(_)
+        | AlgorithmState::TokenBucket(_)
+        | AlgorithmState::Gcra(_) => return Err(StateError::Overdraft),
         AlgorithmState::SlidingLog(s) => {
             let mut v = Vec::with_capacity(2 * s.entries.len());
             for &(time, cost) in &s.entries {
@@ -512,19 +519,23 @@ pub fn decode_state(b: &[u8]) -> Result<(u32, AlgorithmState), StateError> {
         Program::FixedWindow => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms,
             count: values[0],
+            overdraft: 0,
         }),
         Program::SlidingCounter => AlgorithmState::SlidingWindow(SlidingWindowState {
             last_ms,
             previous: values[0],
             current: values[1],
+            overdraft: 0,
         }),
         Program::TokenBucket => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms,
             tokens: values[0],
+            overdraft: 0,
         }),
         Program::Gcra => AlgorithmState::Gcra(GcraState {
             last_ms,
             debt: values[0],
+            overdraft: 0,
         }),
         Program::SlidingLog => AlgorithmState::SlidingLog(SlidingLogState {
             last_ms,

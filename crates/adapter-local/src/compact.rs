@@ -4,7 +4,8 @@
 //! size, though the other four algorithms need two or three words. Here those four are three
 //! words inline, the algorithm's tag in the top byte of the first beside `last_ms` (below 2^48,
 //! like every time the models accept, so the word is never 0 and the enum needs no tag of its
-//! own); the two that hold a `Vec` keep their entries on the heap anyway, and are boxed.
+//! own); the two that hold a `Vec` keep their entries on the heap anyway, and are boxed, as is
+//! the rare state in overdraft (a reservation settled above its estimate).
 
 use std::borrow::Cow;
 use std::num::NonZeroU64;
@@ -34,10 +35,16 @@ impl Compact {
     /// Packs `state`.
     pub(crate) fn pack(state: AlgorithmState) -> Self {
         let (tag, last_ms, b, c) = match state {
-            AlgorithmState::FixedWindow(s) => (FIXED_WINDOW, s.last_ms, s.count, 0),
-            AlgorithmState::SlidingWindow(s) => (SLIDING_WINDOW, s.last_ms, s.previous, s.current),
-            AlgorithmState::TokenBucket(s) => (TOKEN_BUCKET, s.last_ms, s.tokens, 0),
-            AlgorithmState::Gcra(s) => (GCRA, s.last_ms, s.debt, 0),
+            AlgorithmState::FixedWindow(s) if s.overdraft == 0 => {
+                (FIXED_WINDOW, s.last_ms, s.count, 0)
+            }
+            AlgorithmState::SlidingWindow(s) if s.overdraft == 0 => {
+                (SLIDING_WINDOW, s.last_ms, s.previous, s.current)
+            }
+            AlgorithmState::TokenBucket(s) if s.overdraft == 0 => {
+                (TOKEN_BUCKET, s.last_ms, s.tokens, 0)
+            }
+            AlgorithmState::Gcra(s) if s.overdraft == 0 => (GCRA, s.last_ms, s.debt, 0),
             other => return Self::Boxed(Box::new(other)),
         };
         match NonZeroU64::new((tag << TAG_SHIFT) | last_ms) {
@@ -59,15 +66,28 @@ impl Compact {
 
     fn unpacked(tag: u64, last_ms: u64, b: u64, c: u64) -> AlgorithmState {
         match tag {
-            FIXED_WINDOW => AlgorithmState::FixedWindow(FixedWindowState { last_ms, count: b }),
+            FIXED_WINDOW => AlgorithmState::FixedWindow(FixedWindowState {
+                last_ms,
+                count: b,
+                overdraft: 0,
+            }),
             SLIDING_WINDOW => AlgorithmState::SlidingWindow(SlidingWindowState {
                 last_ms,
                 previous: b,
                 current: c,
+                overdraft: 0,
             }),
-            TOKEN_BUCKET => AlgorithmState::TokenBucket(TokenBucketState { last_ms, tokens: b }),
+            TOKEN_BUCKET => AlgorithmState::TokenBucket(TokenBucketState {
+                last_ms,
+                tokens: b,
+                overdraft: 0,
+            }),
             // Only the four tags above are ever packed.
-            _ => AlgorithmState::Gcra(GcraState { last_ms, debt: b }),
+            _ => AlgorithmState::Gcra(GcraState {
+                last_ms,
+                debt: b,
+                overdraft: 0,
+            }),
         }
     }
 }
@@ -86,24 +106,29 @@ mod tests {
             AlgorithmState::FixedWindow(FixedWindowState {
                 last_ms: MAX_TIME_MS,
                 count: u64::MAX,
+                overdraft: 0,
             }),
             AlgorithmState::SlidingWindow(SlidingWindowState {
                 last_ms: 1,
                 previous: 7,
                 current: 9,
+                overdraft: 0,
             }),
             AlgorithmState::TokenBucket(TokenBucketState {
                 last_ms: 0,
                 tokens: 3,
+                overdraft: 0,
             }),
             AlgorithmState::Gcra(GcraState {
                 last_ms: 1_764_000_000_000,
                 debt: 5,
+                overdraft: 0,
             }),
             // A time beyond the models' range still round-trips (boxed).
             AlgorithmState::Gcra(GcraState {
                 last_ms: u64::MAX,
                 debt: 5,
+                overdraft: 0,
             }),
             AlgorithmState::SlidingLog(SlidingLogState {
                 last_ms: 4,
@@ -120,6 +145,7 @@ mod tests {
         let inline = Compact::pack(AlgorithmState::TokenBucket(TokenBucketState {
             last_ms: 0,
             tokens: 3,
+            overdraft: 0,
         }));
         assert!(matches!(inline, Compact::Inline { .. }), "{inline:?}");
     }

@@ -505,7 +505,11 @@ mod tests {
     }
 
     fn state(count: u64) -> AlgorithmState {
-        AlgorithmState::FixedWindow(FixedWindowState { last_ms: 0, count })
+        AlgorithmState::FixedWindow(FixedWindowState {
+            last_ms: 0,
+            count,
+            overdraft: 0,
+        })
     }
 
     fn write(store: &Store, clock: &ManualClock, k: Key, count: u64, lifetime: u64) {

@@ -3,8 +3,8 @@
 //! Everything a service, an adapter or a test needs to agree on lives here, and nothing
 //! else: validated request values ([`ids`]), policies ([`policy`]), decisions and honest
 //! outcomes ([`decision`]), the async port ([`port`]), injected time ([`clock`]), exact
-//! integer arithmetic ([`exact`]), concurrency leases ([`lease`]) and the reference semantics
-//! of every algorithm ([`model`]).
+//! integer arithmetic ([`exact`]), concurrency leases ([`lease`]), reservations
+//! ([`reservation`]) and the reference semantics of every algorithm ([`model`]).
 //!
 //! The key design decision: **the models are the single source of truth.** The local
 //! provider runs them directly; the Redis Lua programs mirror them step for step and are
@@ -24,6 +24,7 @@ pub mod lease;
 pub mod model;
 pub mod policy;
 pub mod port;
+pub mod reservation;
 #[cfg(feature = "testing")]
 pub mod testing;
 

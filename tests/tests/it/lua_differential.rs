@@ -254,19 +254,23 @@ fn planted_state(p: &Plant, start: u64, policy: &RateLimitPolicy) -> Option<Algo
         Algorithm::FixedWindow(q) => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms,
             count: field(*a, q.limit()),
+            overdraft: 0,
         }),
         Algorithm::SlidingWindow(q) => AlgorithmState::SlidingWindow(SlidingWindowState {
             last_ms,
             previous: field(*a, q.limit()),
             current: field(*b, q.limit()),
+            overdraft: 0,
         }),
         Algorithm::TokenBucket(q) => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms,
             tokens: field(*a, q.capacity_units()),
+            overdraft: 0,
         }),
         Algorithm::Gcra(q) => AlgorithmState::Gcra(GcraState {
             last_ms,
             debt: field(*a, q.tolerance_units()),
+            overdraft: 0,
         }),
         Algorithm::SlidingLog(q) => {
             // Newest first: ages grow by each step (a step of 0 repeats a time: malformed).

@@ -81,21 +81,26 @@ fn with_now(mut args: Vec<Vec<u8>>, now: u64) -> Vec<Vec<u8>> {
 /// A valid state of `program` for `policy` at `last_ms`, with something consumed.
 fn some_state(policy: &RateLimitPolicy, last_ms: u64) -> AlgorithmState {
     match policy.algorithm() {
-        Algorithm::FixedWindow(_) => {
-            AlgorithmState::FixedWindow(FixedWindowState { last_ms, count: 2 })
-        }
+        Algorithm::FixedWindow(_) => AlgorithmState::FixedWindow(FixedWindowState {
+            last_ms,
+            count: 2,
+            overdraft: 0,
+        }),
         Algorithm::SlidingWindow(_) => AlgorithmState::SlidingWindow(SlidingWindowState {
             last_ms,
             previous: 0,
             current: 2,
+            overdraft: 0,
         }),
         Algorithm::TokenBucket(p) => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms,
             tokens: p.capacity_units() - 2 * p.scale(),
+            overdraft: 0,
         }),
         Algorithm::Gcra(p) => AlgorithmState::Gcra(GcraState {
             last_ms,
             debt: 2 * p.interval_units(),
+            overdraft: 0,
         }),
         Algorithm::SlidingLog(_) => AlgorithmState::SlidingLog(SlidingLogState {
             last_ms,
@@ -300,19 +305,23 @@ fn malformed_values(program: Program, p: &RateLimitPolicy) -> Vec<(String, Vec<u
         Algorithm::FixedWindow(q) => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms: 1,
             count: q.limit() + 1,
+            overdraft: 0,
         }),
         Algorithm::SlidingWindow(q) => AlgorithmState::SlidingWindow(SlidingWindowState {
             last_ms: 1,
             previous: q.limit() + 1,
             current: 0,
+            overdraft: 0,
         }),
         Algorithm::TokenBucket(q) => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms: 1,
             tokens: q.capacity_units() + 1,
+            overdraft: 0,
         }),
         Algorithm::Gcra(q) => AlgorithmState::Gcra(GcraState {
             last_ms: 1,
             debt: q.tolerance_units() + 1,
+            overdraft: 0,
         }),
         Algorithm::SlidingLog(q) => AlgorithmState::SlidingLog(SlidingLogState {
             last_ms: 1,
@@ -476,7 +485,8 @@ fn token_refill_remainder_carries() {
         state(&mut f, one).1,
         AlgorithmState::TokenBucket(TokenBucketState {
             last_ms: t0 + 7,
-            tokens: 2
+            tokens: 2,
+            overdraft: 0,
         })
     );
     // The remainder counts: at 8 ms there are 4/3 tokens, so one more is admitted.

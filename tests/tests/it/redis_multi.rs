@@ -188,6 +188,7 @@ async fn clock_regression_of_one_member_is_unavailable_clock_and_writes_nothing(
     let state = AlgorithmState::Gcra(GcraState {
         last_ms: now + 60_000,
         debt: 2 * 17_280_000,
+        overdraft: 0,
     });
     let planted = acceptance_tests::lua::encode_state(1, &state).expect("encodable state");
     let _: () = query(

@@ -282,6 +282,7 @@ fn plant_future_state(server: &RedisServer, key: &str, ahead_ms: u64) -> Vec<u8>
     let state = AlgorithmState::Gcra(GcraState {
         last_ms: now + ahead_ms,
         debt: 2 * 17_280_000,
+        overdraft: 0,
     });
     let bytes = acceptance_tests::lua::encode_state(1, &state).expect("encodable state");
     let _: () = redis::cmd("SET")

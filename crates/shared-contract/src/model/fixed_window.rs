@@ -1,19 +1,25 @@
 //! Fixed window: windows aligned to the Unix epoch, `[k*W, (k+1)*W)`. An allow needs
 //! `cost <= limit - consumed`; retry and reset point to the current window's end.
 //!
-//! State: `last_ms` (time of the last allow, whose window the count belongs to) and `count`.
+//! State: `last_ms` (time of the last write, whose window the count belongs to), `count` and
+//! `overdraft` (cost a settlement charged past the limit in that window; see
+//! [`super::reserve`]). A window in overdraft admits nothing until it ends; the next window
+//! starts empty.
 
+use super::settlement::{Hold, Settlement, adjust};
 use super::{Evaluation, ModelError, Rules, Stored, step};
-use crate::exact::{add, rem, sub};
+use crate::exact::{MAX_SAFE_INTEGER, add, rem, sub};
 use crate::policy::FixedWindowParams;
 
 /// Stored state of a fixed-window policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowState {
-    /// Effective time (Unix ms) of the last allow; `count` belongs to its window.
+    /// Effective time (Unix ms) of the last write; `count` belongs to its window.
     pub last_ms: u64,
-    /// Cost consumed in the window of `last_ms`.
+    /// Cost consumed in the window of `last_ms`, at most the limit.
     pub count: u64,
+    /// Cost charged past the limit in that window (0 unless `count` is the limit).
+    pub overdraft: u64,
 }
 
 impl Stored for FixedWindowState {
@@ -27,8 +33,31 @@ impl Stored for FixedWindowState {
         if self.count > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));
         }
+        if self.overdraft > 0 && self.count != p.limit() {
+            return Err(ModelError::StateIncompatible("overdraft below the limit"));
+        }
+        if self.overdraft > MAX_SAFE_INTEGER - p.limit() {
+            return Err(ModelError::StateIncompatible("overdraft out of range"));
+        }
         Ok(())
     }
+}
+
+/// Start of the window holding `t`.
+fn window_start(p: &FixedWindowParams, t: u64) -> Result<u64, ModelError> {
+    Ok(sub(t, rem(t, p.window_ms())?)?)
+}
+
+/// Cost counted at effective time `now` (count plus overdraft; 0 in a later window).
+fn used(
+    p: &FixedWindowParams,
+    state: Option<&FixedWindowState>,
+    now: u64,
+) -> Result<u64, ModelError> {
+    Ok(match state {
+        Some(s) if s.last_ms >= window_start(p, now)? => add(s.count, s.overdraft)?,
+        _ => 0,
+    })
 }
 
 /// One fixed-window step. See the module docs.
@@ -43,12 +72,8 @@ pub fn evaluate(
     cost: u64,
 ) -> Result<Evaluation<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
-        let window_start = sub(now, rem(now, p.window_ms())?)?;
-        let reset_at = add(window_start, p.window_ms())?;
-        let count = match state {
-            Some(s) if s.last_ms >= window_start => s.count,
-            _ => 0,
-        };
+        let reset_at = add(window_start(p, now)?, p.window_ms())?;
+        let count = used(p, state, now)?.min(p.limit());
         let available = sub(p.limit(), count)?;
         let mut out = Evaluation::denied(now_ms, now, p.limit(), available);
         let to_reset = sub(reset_at, now)?;
@@ -59,9 +84,50 @@ pub fn evaluate(
             let state = FixedWindowState {
                 last_ms: now,
                 count,
+                overdraft: 0,
             };
             out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
         }
         Ok(out)
+    })
+}
+
+/// Settles `hold` with `actual` (see [`super::reserve`]): the unused estimate comes back only
+/// while the reservation's window lasts (a later window never held it); cost above the
+/// estimate is charged to the current window, past the limit if need be.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn settle(
+    p: &FixedWindowParams,
+    rules: &Rules,
+    state: Option<&FixedWindowState>,
+    now_ms: u64,
+    hold: &Hold,
+    actual: u64,
+) -> Result<Settlement<FixedWindowState>, ModelError> {
+    step(p, rules, state, now_ms, p.limit(), |now| {
+        let start = window_start(p, now)?;
+        let reset_at = add(start, p.window_ms())?;
+        let held = window_start(p, hold.at_ms)? == start;
+        let (used, change) = adjust(
+            (used(p, state, now)?, MAX_SAFE_INTEGER),
+            hold,
+            actual,
+            1,
+            |r| Ok(if held { r } else { 0 }),
+        )?;
+        let count = used.min(p.limit());
+        let state = FixedWindowState {
+            last_ms: now,
+            count,
+            overdraft: used - count,
+        };
+        let mut out = Evaluation::denied(now_ms, now, p.limit(), sub(p.limit(), count)?);
+        let to_reset = sub(reset_at, now)?;
+        out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
+        // A settlement that leaves nothing counted still writes, for at least 1 ms.
+        out.ttl_ms = out.ttl_ms.max(1);
+        Ok(change.with(out))
     })
 }

@@ -13,7 +13,11 @@
 //! From empty state it admits `burst` at once, then `limit` per `period`. This is the same
 //! envelope as a token bucket of `burst` tokens refilled at `limit/period`, reached from the
 //! other side (debt instead of credit), as in redis-cell and go-redis/redis_rate.
+//!
+//! A settlement ([`super::reserve`]) may leave debt beyond the tolerance, kept as `overdraft`:
+//! it is repaid like the rest of the debt, and nothing is admitted until it is.
 
+use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
 use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, sub};
 use crate::policy::GcraParams;
@@ -21,10 +25,24 @@ use crate::policy::GcraParams;
 /// Stored state of a GCRA policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct GcraState {
-    /// Effective time (Unix ms) of the last allow, from which `debt` is repaid.
+    /// Effective time (Unix ms) of the last write, from which `debt` is repaid.
     pub last_ms: u64,
-    /// `TAT - last_ms`, in time units.
+    /// `TAT - last_ms`, in time units, at most the burst tolerance.
     pub debt: u64,
+    /// Debt beyond the tolerance, in time units (0 unless `debt` is the tolerance).
+    pub overdraft: u64,
+}
+
+impl GcraState {
+    /// The state at `last_ms` owing `total` time units in all.
+    pub fn owing(p: &GcraParams, last_ms: u64, total: u64) -> Self {
+        let debt = total.min(p.tolerance_units());
+        GcraState {
+            last_ms,
+            debt,
+            overdraft: total - debt,
+        }
+    }
 }
 
 impl Stored for GcraState {
@@ -38,19 +56,34 @@ impl Stored for GcraState {
         if self.debt > p.tolerance_units() {
             return Err(ModelError::StateIncompatible("debt above burst tolerance"));
         }
+        if self.overdraft > 0 && self.debt != p.tolerance_units() {
+            return Err(ModelError::StateIncompatible(
+                "overdraft below the tolerance",
+            ));
+        }
+        if self.overdraft > most_owed(p.units_per_ms()) - p.tolerance_units() {
+            return Err(ModelError::StateIncompatible("overdraft out of range"));
+        }
         Ok(())
     }
 }
 
-/// Debt left at `now` (>= `s.last_ms`).
+/// Debt left at `now` (>= `s.last_ms`), overdraft included.
 pub fn repay(p: &GcraParams, s: &GcraState, now: u64) -> Result<u64, ModelError> {
     let elapsed = sub(now, s.last_ms)?;
+    let total = add(s.debt, s.overdraft)?;
     // Paid off once elapsed * rate >= debt, i.e. elapsed >= ceil(debt / rate).
-    if elapsed >= div_ceil(s.debt, p.units_per_ms())? {
+    if elapsed >= div_ceil(total, p.units_per_ms())? {
         Ok(0)
     } else {
-        Ok(sub(s.debt, mul(elapsed, p.units_per_ms())?)?)
+        Ok(sub(total, mul(elapsed, p.units_per_ms())?)?)
     }
+}
+
+/// Whole cost units still admissible with `total` owed.
+fn remaining(p: &GcraParams, total: u64) -> Result<u64, ModelError> {
+    let credit = p.tolerance_units().saturating_sub(total);
+    Ok(div(credit, p.interval_units())?)
 }
 
 /// One GCRA step. See the module docs.
@@ -71,18 +104,59 @@ pub fn evaluate(
         };
         let tolerance = p.tolerance_units();
         let need = mul(cost, p.interval_units())?;
-        let credit = sub(tolerance, debt)?;
-        let remaining = div(credit, p.interval_units())?;
-        let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining);
-        if need <= credit {
+        let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining(p, debt)?);
+        if debt <= tolerance && need <= sub(tolerance, debt)? {
             let debt = add(debt, need)?;
-            let remaining = div(sub(tolerance, debt)?, p.interval_units())?;
             let to_reset = div_ceil(debt, p.units_per_ms())?;
-            out.allow(GcraState { last_ms: now, debt }, remaining, to_reset, rules)?;
+            let state = GcraState {
+                last_ms: now,
+                debt,
+                overdraft: 0,
+            };
+            out.allow(state, remaining(p, debt)?, to_reset, rules)?;
         } else {
-            out.retry_after_ms = div_ceil(sub(need, credit)?, p.units_per_ms())?;
+            // In overdraft, `debt - tolerance + need` stays in range: `need <= tolerance`.
+            let short = if debt > tolerance {
+                add(sub(debt, tolerance)?, need)?
+            } else {
+                sub(need, sub(tolerance, debt)?)?
+            };
+            out.retry_after_ms = div_ceil(short, p.units_per_ms())?;
             out.reset_at_ms = add(now, div_ceil(debt, p.units_per_ms())?)?;
         }
         Ok(out)
+    })
+}
+
+/// Settles `hold` with `actual`: see [`super::reserve`]. The unused part comes back less
+/// what was repaid since the reservation.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn settle(
+    p: &GcraParams,
+    rules: &Rules,
+    state: Option<&GcraState>,
+    now_ms: u64,
+    hold: &Hold,
+    actual: u64,
+) -> Result<Settlement<GcraState>, ModelError> {
+    step(p, rules, state, now_ms, p.burst(), |now| {
+        let debt = match state {
+            Some(s) => repay(p, s, now)?,
+            None => 0,
+        };
+        let elapsed = now.saturating_sub(hold.at_ms);
+        let most = most_owed(p.units_per_ms());
+        let (debt, change) = adjust((debt, most), hold, actual, p.interval_units(), |unused| {
+            decayed(unused, p.units_per_ms(), elapsed)
+        })?;
+        let mut out = Evaluation::denied(now_ms, now, p.burst(), 0);
+        let to_reset = div_ceil(debt, p.units_per_ms())?;
+        let state = GcraState::owing(p, now, debt);
+        out.allow(state, remaining(p, debt)?, to_reset, rules)?;
+        // A settlement that leaves nothing counted still writes, for at least 1 ms.
+        out.ttl_ms = out.ttl_ms.max(1);
+        Ok(change.with(out))
     })
 }

@@ -20,6 +20,8 @@ pub mod denial;
 pub mod fixed_window;
 pub mod gcra;
 pub mod multi;
+pub mod reserve;
+mod settlement;
 pub mod sliding_log;
 pub mod sliding_window;
 pub mod token_bucket;
@@ -189,6 +191,9 @@ pub enum ModelError {
     /// A concurrency policy is acquired and released, never evaluated ([`concurrency`]).
     #[error("a concurrency policy is not evaluated per request; acquire a lease instead")]
     NotRatePolicy,
+    /// The algorithm has no reservations ([`reserve`]); carries its name.
+    #[error("a {0} policy does not take reservations")]
+    ReservationUnsupported(&'static str),
 }
 
 /// The clock rule: the time an algorithm computes with, or the stored time it fell behind.
@@ -231,21 +236,21 @@ pub(crate) trait Stored {
 /// The step every algorithm shares around its own arithmetic: refuse stored state that does
 /// not fit `p`, apply the clock rule, and answer `ClockUnsafe` (reporting `limit`) when the
 /// clock fell too far behind. Otherwise `decide` computes with the effective time.
-pub(crate) fn step<S: Stored>(
+pub(crate) fn step<S: Stored, O: From<Evaluation<S>>>(
     p: &S::Params,
     rules: &Rules,
     state: Option<&S>,
     now_ms: u64,
     limit: u64,
-    decide: impl FnOnce(u64) -> Result<Evaluation<S>, ModelError>,
-) -> Result<Evaluation<S>, ModelError> {
+    decide: impl FnOnce(u64) -> Result<O, ModelError>,
+) -> Result<O, ModelError> {
     if let Some(s) = state {
         check_last(s.last_ms())?;
         s.check(p)?;
     }
     match effective_now(state.map(S::last_ms), now_ms, rules)? {
         EffectiveNow::Safe(now) => decide(now),
-        EffectiveNow::Unsafe { last } => Ok(Evaluation::clock_unsafe(now_ms, last, limit)),
+        EffectiveNow::Unsafe { last } => Ok(Evaluation::clock_unsafe(now_ms, last, limit).into()),
     }
 }
 

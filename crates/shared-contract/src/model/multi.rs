@@ -13,8 +13,9 @@
 use crate::decision::Source;
 use crate::ids::Cost;
 use crate::multi::MultiDecision;
-use crate::policy::RateLimitPolicy;
+use crate::policy::{AlgorithmKind, RateLimitPolicy};
 
+use super::reserve::{self, Hold, Settlement};
 use super::{AlgorithmState, Evaluation, ModelError, Verdict};
 
 /// One limit as the model takes it: its policy, its stored state and the cost.
@@ -94,6 +95,77 @@ pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluati
         verdict,
         members: evaluations,
     })
+}
+
+/// Reserves every member's cost as its estimate, all or nothing: the multi-limit evaluation,
+/// and one hold per member when it admitted.
+///
+/// # Errors
+/// [`MemberError`] for the first member the model refuses, or whose algorithm takes no
+/// reservations (checked before any is evaluated).
+pub fn reserve_all(
+    members: &[Member<'_>],
+    now_ms: u64,
+) -> Result<(MultiEvaluation, Option<Vec<Hold>>), MemberError> {
+    for (index, m) in members.iter().enumerate() {
+        let kind = m.policy.kind();
+        if matches!(kind, AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) {
+            let error = ModelError::ReservationUnsupported(kind.as_str());
+            return Err(MemberError { index, error });
+        }
+    }
+    let evaluation = evaluate_all(members, now_ms)?;
+    let holds = (evaluation.verdict == MultiVerdict::Allowed).then(|| {
+        members
+            .iter()
+            .zip(&evaluation.members)
+            .map(|(m, e)| Hold {
+                at_ms: e.effective_now_ms,
+                estimate: m.cost.get(),
+            })
+            .collect()
+    });
+    Ok((evaluation, holds))
+}
+
+/// One member of a settlement: its policy, its stored state, its hold and its actual cost.
+#[derive(Debug, Clone, Copy)]
+pub struct Settle<'a> {
+    /// The limit's policy.
+    pub policy: &'a RateLimitPolicy,
+    /// The limit's stored state.
+    pub state: Option<&'a AlgorithmState>,
+    /// What the reservation holds against it.
+    pub hold: &'a Hold,
+    /// The actual cost (0 cancels).
+    pub actual: u64,
+}
+
+/// Settles every member at `now_ms`, all or nothing: when any member sees the clock too far
+/// behind its state, no member writes (the reservation stays outstanding).
+///
+/// # Errors
+/// [`MemberError`] for the first member the model refuses.
+pub fn settle_all(
+    members: &[Settle<'_>],
+    now_ms: u64,
+) -> Result<Vec<Settlement<AlgorithmState>>, MemberError> {
+    let mut settlements = Vec::with_capacity(members.len());
+    for (index, m) in members.iter().enumerate() {
+        let s = reserve::settle(m.policy, m.state, now_ms, m.hold, m.actual)
+            .map_err(|error| MemberError { index, error })?;
+        settlements.push(s);
+    }
+    if settlements
+        .iter()
+        .any(|s| s.evaluation.verdict == Verdict::ClockUnsafe)
+    {
+        for s in &mut settlements {
+            s.evaluation.new_state = None;
+            s.evaluation.ttl_ms = 0;
+        }
+    }
+    Ok(settlements)
 }
 
 impl MultiEvaluation {

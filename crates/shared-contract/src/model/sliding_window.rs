@@ -11,11 +11,15 @@
 //! window would if they were. `retry_after` is the exact earliest time this estimate admits
 //! the request, searched over the current and the next two windows.
 //!
-//! State: `last_ms` (time of the last allow), `previous` (count of the window before that of
-//! `last_ms`) and `current` (count of the window of `last_ms`).
+//! State: `last_ms` (time of the last write), `previous` (count of the window before that of
+//! `last_ms`), `current` (count of the window of `last_ms`) and `overdraft` (cost a
+//! settlement charged past the limit in that window, see [`super::reserve`]). A window in
+//! overdraft admits nothing; the overdraft counts until that window ends, and the next window
+//! weighs its count at the limit.
 
+use super::settlement::{Hold, Settlement, adjust};
 use super::{Evaluation, ModelError, Rules, Stored, step};
-use crate::exact::{add, div, div_ceil, mul, rem, sub};
+use crate::exact::{MAX_SAFE_INTEGER, add, div, div_ceil, mul, rem, sub};
 use crate::policy::{SLIDING_WINDOW_SCALE as S, SlidingWindowParams};
 
 /// Stored state of a sliding-window-counter policy for one subject.
@@ -25,8 +29,10 @@ pub struct SlidingWindowState {
     pub last_ms: u64,
     /// Cost counted in the aligned window before the one of `last_ms`.
     pub previous: u64,
-    /// Cost counted in the aligned window of `last_ms`.
+    /// Cost counted in the aligned window of `last_ms`, at most the limit.
     pub current: u64,
+    /// Cost charged past the limit in that window (0 unless `current` is the limit).
+    pub overdraft: u64,
 }
 
 impl Stored for SlidingWindowState {
@@ -39,6 +45,12 @@ impl Stored for SlidingWindowState {
     fn check(&self, p: &SlidingWindowParams) -> Result<(), ModelError> {
         if self.previous > p.limit() || self.current > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));
+        }
+        if self.overdraft > 0 && self.current != p.limit() {
+            return Err(ModelError::StateIncompatible("overdraft below the limit"));
+        }
+        if self.overdraft > MAX_SAFE_INTEGER - p.limit() {
+            return Err(ModelError::StateIncompatible("overdraft out of range"));
         }
         Ok(())
     }
@@ -60,6 +72,28 @@ fn first_offset(w: u64, prev: u64, room: u64, from: u64) -> Result<Option<u64>, 
     Ok(if e < w { Some(e.max(from)) } else { None })
 }
 
+/// `(previous, current, overdraft)` in the window starting at `window_start` (an overdraft
+/// lasts only in its own window).
+fn counts(
+    w: u64,
+    state: Option<&SlidingWindowState>,
+    window_start: u64,
+) -> Result<(u64, u64, u64), ModelError> {
+    Ok(match state {
+        Some(s) => {
+            let last_start = sub(s.last_ms, rem(s.last_ms, w)?)?;
+            if last_start == window_start {
+                (s.previous, s.current, s.overdraft)
+            } else if add(last_start, w)? == window_start {
+                (s.current, 0, 0)
+            } else {
+                (0, 0, 0)
+            }
+        }
+        None => (0, 0, 0),
+    })
+}
+
 /// One sliding-window step. See the module docs.
 ///
 /// # Errors
@@ -75,19 +109,7 @@ pub fn evaluate(
         let (w, limit) = (p.window_ms(), p.limit());
         let elapsed = rem(now, w)?;
         let window_start = sub(now, elapsed)?;
-        let (previous, current) = match state {
-            Some(s) => {
-                let last_start = sub(s.last_ms, rem(s.last_ms, w)?)?;
-                if last_start == window_start {
-                    (s.previous, s.current)
-                } else if add(last_start, w)? == window_start {
-                    (s.current, 0)
-                } else {
-                    (0, 0)
-                }
-            }
-            None => (0, 0),
-        };
+        let (previous, current, _) = counts(w, state, window_start)?;
         let weight = div_ceil(mul(sub(w, elapsed)?, S)?, w)?;
         let estimate = add(div_ceil(mul(previous, weight)?, S)?, current)?;
         // Only planted state can push the estimate past the limit; it then admits nothing.
@@ -104,6 +126,7 @@ pub fn evaluate(
                 last_ms: now,
                 previous,
                 current,
+                overdraft: 0,
             };
             out.allow(state, sub(available, cost)?, sub(reset_at, now)?, rules)?;
             return Ok(out);
@@ -133,5 +156,50 @@ pub fn evaluate(
             },
         };
         Ok(out)
+    })
+}
+
+/// Settles `hold` with `actual`: see [`super::reserve`]. The unused part comes back while
+/// the reservation's window is the current one.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn settle(
+    p: &SlidingWindowParams,
+    rules: &Rules,
+    state: Option<&SlidingWindowState>,
+    now_ms: u64,
+    hold: &Hold,
+    actual: u64,
+) -> Result<Settlement<SlidingWindowState>, ModelError> {
+    step(p, rules, state, now_ms, p.limit(), |now| {
+        let (w, limit) = (p.window_ms(), p.limit());
+        let elapsed = rem(now, w)?;
+        let start = sub(now, elapsed)?;
+        let (previous, current, overdraft) = counts(w, state, start)?;
+        let held = sub(hold.at_ms, rem(hold.at_ms, w)?)? == start;
+        let eligible = |unused| Ok(if held { unused } else { 0 });
+        let used = (add(current, overdraft)?, MAX_SAFE_INTEGER);
+        let (current, change) = adjust(used, hold, actual, 1, eligible)?;
+        let state = SlidingWindowState {
+            last_ms: now,
+            previous,
+            current: current.min(limit),
+            overdraft: current - current.min(limit),
+        };
+        let weight = div_ceil(mul(sub(w, elapsed)?, S)?, w)?;
+        let estimate = add(div_ceil(mul(previous, weight)?, S)?, state.current)?;
+        let remaining = limit.saturating_sub(estimate);
+        let to_reset = if state.current > 0 {
+            sub(add(start, mul(2, w)?)?, now)?
+        } else if previous > 0 {
+            sub(add(start, w)?, now)?
+        } else {
+            0
+        };
+        let mut out = Evaluation::denied(now_ms, now, limit, remaining);
+        out.allow(state, remaining, to_reset, rules)?;
+        out.ttl_ms = out.ttl_ms.max(1);
+        Ok(change.with(out))
     })
 }

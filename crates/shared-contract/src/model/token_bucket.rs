@@ -12,8 +12,11 @@
 //! - `retry_after = ceil((cost * scale - tokens) / units_per_ms)`;
 //! - `reset_at = now + ceil((capacity_units - tokens_after) / units_per_ms)`.
 //!
-//! State: `last_ms` (time of the last allow) and `tokens` in units at that time.
+//! State: `last_ms` (time of the last write), `tokens` in units at that time and
+//! `overdraft`: units a settlement ([`super::reserve`]) charged beyond an empty bucket. The
+//! refill pays the overdraft first; nothing is admitted until it is paid.
 
+use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
 use super::{Evaluation, ModelError, Rules, Stored, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::TokenBucketParams;
@@ -21,10 +24,24 @@ use crate::policy::TokenBucketParams;
 /// Stored state of a token-bucket policy for one subject.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct TokenBucketState {
-    /// Effective time (Unix ms) of the last allow, from which the bucket refills.
+    /// Effective time (Unix ms) of the last write, from which the bucket refills.
     pub last_ms: u64,
     /// Tokens at `last_ms`, in units of `1/scale` token.
     pub tokens: u64,
+    /// Units owed beyond an empty bucket at `last_ms` (0 unless `tokens` is 0).
+    pub overdraft: u64,
+}
+
+impl TokenBucketState {
+    /// The state at `last_ms` missing `missing` units of a full bucket, overdraft included.
+    pub fn missing(p: &TokenBucketParams, last_ms: u64, missing: u64) -> Self {
+        let short = missing.min(p.capacity_units());
+        TokenBucketState {
+            last_ms,
+            tokens: p.capacity_units() - short,
+            overdraft: missing - short,
+        }
+    }
 }
 
 impl Stored for TokenBucketState {
@@ -38,22 +55,33 @@ impl Stored for TokenBucketState {
         if self.tokens > p.capacity_units() {
             return Err(ModelError::StateIncompatible("tokens above capacity"));
         }
+        if self.overdraft > 0 && self.tokens != 0 {
+            return Err(ModelError::StateIncompatible("overdraft with tokens left"));
+        }
+        if self.overdraft > most_owed(p.units_per_ms()) - p.capacity_units() {
+            return Err(ModelError::StateIncompatible("overdraft out of range"));
+        }
         Ok(())
     }
 }
 
-/// Units in the bucket at `now` (>= `s.last_ms`), saturating at capacity.
-pub fn refill(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
-    let missing = sub(p.capacity_units(), s.tokens)?;
+/// Units missing from a full bucket at `now` (>= `s.last_ms`), overdraft included.
+pub fn missing(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
+    let missing = add(sub(p.capacity_units(), s.tokens)?, s.overdraft)?;
     let elapsed = sub(now, s.last_ms)?;
     // Full once elapsed * rate >= missing, i.e. elapsed > q, or elapsed == q with no remainder.
     let q = div(missing, p.units_per_ms())?;
     let full = elapsed > q || (elapsed == q && rem(missing, p.units_per_ms())? == 0);
     Ok(if full {
-        p.capacity_units()
+        0
     } else {
-        add(s.tokens, mul(elapsed, p.units_per_ms())?)?
+        sub(missing, mul(elapsed, p.units_per_ms())?)?
     })
+}
+
+/// Units in the bucket at `now` (>= `s.last_ms`), saturating at capacity; 0 in overdraft.
+pub fn refill(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
+    Ok(p.capacity_units().saturating_sub(missing(p, s, now)?))
 }
 
 /// One token-bucket step. See the module docs.
@@ -68,25 +96,66 @@ pub fn evaluate(
     cost: u64,
 ) -> Result<Evaluation<TokenBucketState>, ModelError> {
     step(p, rules, state, now_ms, p.capacity(), |now| {
-        let tokens = match state {
-            Some(s) => refill(p, s, now)?,
-            None => p.capacity_units(),
+        let missing = match state {
+            Some(s) => missing(p, s, now)?,
+            None => 0,
         };
+        let tokens = p.capacity_units().saturating_sub(missing);
         let need = mul(cost, p.scale())?;
         let mut out = Evaluation::denied(now_ms, now, p.capacity(), div(tokens, p.scale())?);
-        // Time until the bucket is full again, from `left` units.
-        let to_full = |left| div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms());
         if need <= tokens {
             let left = sub(tokens, need)?;
+            let to_full = div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms())?;
             let state = TokenBucketState {
                 last_ms: now,
                 tokens: left,
+                overdraft: 0,
             };
-            out.allow(state, div(left, p.scale())?, to_full(left)?, rules)?;
+            out.allow(state, div(left, p.scale())?, to_full, rules)?;
         } else {
-            out.retry_after_ms = div_ceil(sub(need, tokens)?, p.units_per_ms())?;
-            out.reset_at_ms = add(now, to_full(tokens)?)?;
+            // In overdraft, `missing - capacity + need` stays in range: `need <= capacity`.
+            let short = if missing > p.capacity_units() {
+                add(sub(missing, p.capacity_units())?, need)?
+            } else {
+                sub(need, tokens)?
+            };
+            out.retry_after_ms = div_ceil(short, p.units_per_ms())?;
+            out.reset_at_ms = add(now, div_ceil(missing, p.units_per_ms())?)?;
         }
         Ok(out)
+    })
+}
+
+/// Settles `hold` with `actual`: see [`super::reserve`]. The unused part comes back less
+/// what the bucket refilled since the reservation.
+///
+/// # Errors
+/// [`ModelError`] when state does not fit `p` or the clock is out of range.
+pub fn settle(
+    p: &TokenBucketParams,
+    rules: &Rules,
+    state: Option<&TokenBucketState>,
+    now_ms: u64,
+    hold: &Hold,
+    actual: u64,
+) -> Result<Settlement<TokenBucketState>, ModelError> {
+    step(p, rules, state, now_ms, p.capacity(), |now| {
+        let missing = match state {
+            Some(s) => missing(p, s, now)?,
+            None => 0,
+        };
+        let elapsed = now.saturating_sub(hold.at_ms);
+        let most = most_owed(p.units_per_ms());
+        let (missing, change) = adjust((missing, most), hold, actual, p.scale(), |unused| {
+            decayed(unused, p.units_per_ms(), elapsed)
+        })?;
+        let state = TokenBucketState::missing(p, now, missing);
+        let remaining = div(state.tokens, p.scale())?;
+        let mut out = Evaluation::denied(now_ms, now, p.capacity(), remaining);
+        let to_full = div_ceil(missing, p.units_per_ms())?;
+        out.allow(state, remaining, to_full, rules)?;
+        // A settlement that leaves nothing counted still writes, for at least 1 ms.
+        out.ttl_ms = out.ttl_ms.max(1);
+        Ok(change.with(out))
     })
 }

@@ -10,3 +10,4 @@ mod gate_model;
 mod gate_model_properties;
 mod model_properties;
 mod multi_model_properties;
+mod reservation_properties;

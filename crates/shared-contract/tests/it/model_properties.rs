@@ -93,15 +93,19 @@ proptest! {
         let state = match p.algorithm() {
             Algorithm::FixedWindow(_) => AlgorithmState::FixedWindow(model::FixedWindowState {
                 last_ms: last, count: a % (limit + 1),
+                overdraft: 0,
             }),
             Algorithm::SlidingWindow(_) => AlgorithmState::SlidingWindow(model::SlidingWindowState {
                 last_ms: last, previous: a % (limit + 1), current: b % (limit + 1),
+                overdraft: 0,
             }),
             Algorithm::TokenBucket(tb) => AlgorithmState::TokenBucket(model::TokenBucketState {
                 last_ms: last, tokens: a % (tb.capacity_units() + 1),
+                overdraft: 0,
             }),
             Algorithm::Gcra(g) => AlgorithmState::Gcra(model::GcraState {
                 last_ms: last, debt: a % (g.tolerance_units() + 1),
+                overdraft: 0,
             }),
             Algorithm::SlidingLog(sl) => {
                 let n = a % (limit + 1);
@@ -300,11 +304,11 @@ proptest! {
         cuts in proptest::collection::vec(any::<u64>(), 1..20), total in any::<u64>(),
     ) {
         let Algorithm::TokenBucket(tb) = *p.algorithm() else { return Ok(()) };
-        let s0 = model::TokenBucketState { last_ms: start, tokens: tokens % (tb.capacity_units() + 1) };
+        let s0 = model::TokenBucketState { last_ms: start, tokens: tokens % (tb.capacity_units() + 1), overdraft: 0 };
         let (times, end) = intermediate_times(&p, start, &cuts, total);
         let mut s = s0;
         for t in times {
-            s = model::TokenBucketState { last_ms: t, tokens: model::token_bucket::refill(&tb, &s, t).expect("in range") };
+            s = model::TokenBucketState { last_ms: t, tokens: model::token_bucket::refill(&tb, &s, t).expect("in range"), overdraft: 0 };
         }
         let stepwise = model::token_bucket::refill(&tb, &s, end).expect("in range");
         let once = model::token_bucket::refill(&tb, &s0, end).expect("in range");
@@ -317,11 +321,11 @@ proptest! {
         cuts in proptest::collection::vec(any::<u64>(), 1..20), total in any::<u64>(),
     ) {
         let Algorithm::Gcra(g) = *p.algorithm() else { return Ok(()) };
-        let s0 = model::GcraState { last_ms: start, debt: debt % (g.tolerance_units() + 1) };
+        let s0 = model::GcraState { last_ms: start, debt: debt % (g.tolerance_units() + 1), overdraft: 0 };
         let (times, end) = intermediate_times(&p, start, &cuts, total);
         let mut s = s0;
         for t in times {
-            s = model::GcraState { last_ms: t, debt: model::gcra::repay(&g, &s, t).expect("in range") };
+            s = model::GcraState { last_ms: t, debt: model::gcra::repay(&g, &s, t).expect("in range"), overdraft: 0 };
         }
         prop_assert_eq!(model::gcra::repay(&g, &s, end).expect("in range"), model::gcra::repay(&g, &s0, end).expect("in range"));
     }
@@ -399,6 +403,7 @@ fn sliding_window_worked_example() {
         last_ms: minute + 1_000,
         previous: 10,
         current: 2,
+        overdraft: 0,
     });
     let ev = model::evaluate(&p, Some(&state), minute + 15_000, Cost::ONE).expect("in range");
     assert_eq!(
