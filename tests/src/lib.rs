@@ -17,6 +17,7 @@ pub mod config;
 pub mod conformance;
 pub mod conformance_leases;
 pub mod conformance_multi;
+pub mod conformance_reservations;
 pub mod eventually;
 pub mod failover;
 pub mod gate;

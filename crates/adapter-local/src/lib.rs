@@ -79,6 +79,7 @@ mod compact;
 pub mod gate;
 mod leases;
 mod replay;
+mod reservations;
 mod store;
 
 use std::collections::HashMap;
@@ -87,11 +88,16 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, Ordering};
 
 use parking_lot::Mutex;
-use shared_contract::model::multi::{self as multi_model, Member, MultiVerdict};
+use shared_contract::model::multi::{
+    self as multi_model, Member, MemberError, MultiEvaluation, MultiVerdict,
+};
 use shared_contract::model::{self, AlgorithmState, Verdict};
-use shared_contract::multi::replay_window_ms;
+use shared_contract::multi::{Limits, replay_window_ms};
 use shared_contract::{
     AcquireOutcome, AcquireRequest, RandomTokens, ReleaseOutcome, ReleaseRequest, TokenSource,
+};
+use shared_contract::{
+    CancelOutcome, CancelRequest, ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest,
 };
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
@@ -101,6 +107,8 @@ use shared_contract::{
 
 pub use replay::MAX_REPLAYS;
 use replay::{ReplayKey, Replays};
+pub use reservations::MAX_RESERVATIONS;
+use reservations::Records;
 use store::{Key, SeededFold, Store};
 
 #[cfg(feature = "publisher")]
@@ -160,8 +168,11 @@ pub struct LocalProvider {
     /// First decisions of evaluations with an id. Evaluations with an id run under this lock
     /// (check, evaluate, remember), so concurrent retries of one id charge once.
     replays: Arc<Mutex<Replays>>,
-    /// Where lease tokens come from ([`RandomTokens`] unless a test fixes them).
+    /// Where lease and reservation tokens come from ([`RandomTokens`] unless a test fixes
+    /// them).
     tokens: Arc<dyn TokenSource>,
+    /// Reservations, shared with every provider reloaded from this one.
+    reservations: Arc<Mutex<Records>>,
 }
 
 /// Where a policy's state lives in the store, and how long an entry of it is kept.
@@ -223,6 +234,7 @@ impl LocalProvider {
             max_keys: settings.max_keys,
             replays: Arc::new(Mutex::new(Replays::default())),
             tokens: Arc::new(RandomTokens::default()),
+            reservations: Arc::new(Mutex::new(Records::default())),
         }
     }
 
@@ -248,6 +260,7 @@ impl LocalProvider {
             max_keys: self.max_keys,
             replays: self.replays.clone(),
             tokens: self.tokens.clone(),
+            reservations: self.reservations.clone(),
         }
     }
 
@@ -355,22 +368,14 @@ impl LocalProvider {
         let evaluation = self
             .store
             .update_many(&keys, &*self.clock, |states, now_ms| {
-                let members: Vec<Member<'_>> = policies
-                    .iter()
-                    .zip(states)
-                    .zip(request.limits.iter())
-                    .map(|((policy, state), l)| Member {
-                        policy,
-                        state: *state,
-                        cost: l.cost,
-                    })
-                    .collect();
+                let members = members(policies, states, &request.limits);
                 match multi_model::evaluate_all(&members, now_ms) {
                     Ok(mut e) => {
                         let writes = (e.verdict == MultiVerdict::Allowed).then(|| {
                             e.members
                                 .iter_mut()
                                 .filter_map(|m| m.new_state.take())
+                                .map(|state| (state, 0))
                                 .collect()
                         });
                         (writes, Ok(e))
@@ -378,6 +383,15 @@ impl LocalProvider {
                     Err(err) => (None, Err(err)),
                 }
             });
+        self.multi_outcome(policies, evaluation)
+    }
+
+    /// The outcome of a multi-limit evaluation of `policies` by the models.
+    fn multi_outcome(
+        &self,
+        policies: &[&RateLimitPolicy],
+        evaluation: Result<MultiEvaluation, MemberError>,
+    ) -> MultiOutcome {
         match evaluation {
             Ok(e) => match e.decision(policies.iter().copied(), self.source) {
                 Some(mut decision) => {
@@ -459,6 +473,24 @@ fn assign_slots(
     slots
 }
 
+/// The model's members for `limits` of `policies`, with the keys' live `states`.
+fn members<'a>(
+    policies: &[&'a RateLimitPolicy],
+    states: &[Option<&'a AlgorithmState>],
+    limits: &Limits,
+) -> Vec<Member<'a>> {
+    policies
+        .iter()
+        .zip(states)
+        .zip(limits.iter())
+        .map(|((policy, state), l)| Member {
+            policy,
+            state: *state,
+            cost: l.cost,
+        })
+        .collect()
+}
+
 /// How long an entry of `policy` is kept after its last write. See the crate docs.
 fn entry_lifetime_ms(policy: &RateLimitPolicy) -> u64 {
     policy
@@ -482,6 +514,18 @@ impl EdgeRateLimitPort for LocalProvider {
 
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         self.release_now(&request)
+    }
+
+    async fn reserve(&self, request: ReserveRequest) -> Result<ReserveOutcome, RequestError> {
+        self.reserve_now(&request)
+    }
+
+    async fn settle(&self, request: SettleRequest) -> Result<SettleOutcome, RequestError> {
+        self.settle_now(&request)
+    }
+
+    async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
+        self.cancel_now(&request)
     }
 
     fn policies(&self) -> &PolicySet {

@@ -398,13 +398,14 @@ impl Store {
 
     /// [`Self::update`] for several distinct keys at once: `f` sees every key's live state
     /// (in `keys` order) and one clock reading, all under the keys' locks, and returns either
-    /// one new state per key (all written, each live for its lifetime) or `None` (nothing
-    /// written). Locks are taken in shard order, so concurrent calls cannot deadlock.
+    /// one new state per key (all written, each live for the longer of its key's lifetime and
+    /// the one returned beside it) or `None` (nothing written). Locks are taken in shard
+    /// order, so concurrent calls cannot deadlock.
     pub fn update_many<R>(
         &self,
         keys: &[(Key, u64)],
         clock: &dyn Clock,
-        f: impl FnOnce(&[Option<&AlgorithmState>], u64) -> (Option<Vec<AlgorithmState>>, R),
+        f: impl FnOnce(&[Option<&AlgorithmState>], u64) -> (Option<Vec<(AlgorithmState, u64)>>, R),
     ) -> R {
         let mut order: Vec<usize> = keys.iter().map(|(k, _)| self.shard_index(k)).collect();
         order.sort_unstable();
@@ -428,8 +429,10 @@ impl Store {
             .collect();
         let refs: Vec<Option<&AlgorithmState>> = live.iter().map(Option::as_ref).collect();
         let (new_states, result) = f(&refs, now);
-        for ((key, lifetime_ms), state) in keys.iter().zip(new_states.into_iter().flatten()) {
-            let expires_at = now.saturating_add(*lifetime_ms);
+        for ((key, lifetime_ms), (state, longer)) in
+            keys.iter().zip(new_states.into_iter().flatten())
+        {
+            let expires_at = now.saturating_add((*lifetime_ms).max(longer));
             let shard = &mut guards[guard_of(key)].1;
             if let Some(entry) = shard.get_mut(key) {
                 entry.write(state, expires_at);

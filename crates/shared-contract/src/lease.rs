@@ -187,7 +187,7 @@ impl FromStr for LeaseId {
     }
 }
 
-fn hex(bytes: &[u8]) -> String {
+pub(crate) fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut s = String::with_capacity(bytes.len() * 2);
     for b in bytes {
@@ -198,7 +198,7 @@ fn hex(bytes: &[u8]) -> String {
 }
 
 /// Exactly `2 * N` lowercase hex digits (one spelling per value, so an id has one text form).
-fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
+pub(crate) fn unhex<const N: usize>(text: &str) -> Option<[u8; N]> {
     let digit = |b: u8| match b {
         b'0'..=b'9' => Some(b - b'0'),
         b'a'..=b'f' => Some(b - b'a' + 10),

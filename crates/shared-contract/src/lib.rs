@@ -49,6 +49,11 @@ pub use policy::{
     Algorithm, AlgorithmKind, AlgorithmSpec, FailurePolicy, MIN_COUNT, PolicyBuilder, PolicyError,
     PolicyErrors, PolicySpec, RateLimitPolicy,
 };
+pub use port::reservations::{
+    CancelOutcome, CancelRequest, Cancelled, ReserveOutcome, ReserveRequest, Reserved,
+    SettleOutcome, SettleRequest, Settled,
+};
 pub use port::{
     EdgeRateLimitPort, PolicySet, PolicySetError, RateLimitRequest, Readiness, RequestError,
 };
+pub use reservation::{ReservationError, ReservationId, ReservationTtl};

@@ -122,3 +122,13 @@ mod local_real_time_leases {
     use super::*;
     acceptance_tests::lease_conformance_tests!(RealTimeLocalTarget);
 }
+
+mod local_reservations {
+    use super::*;
+    acceptance_tests::reservation_conformance_tests!(LocalTarget::new());
+}
+
+mod local_real_time_reservations {
+    use super::*;
+    acceptance_tests::reservation_conformance_tests!(RealTimeLocalTarget);
+}

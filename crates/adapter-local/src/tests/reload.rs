@@ -49,3 +49,60 @@ fn a_removed_policy_is_unknown_after_the_reload() {
     ));
     assert!(decide(&p, &request("gone", 1, 1)).allowed);
 }
+
+fn reserve(
+    p: &super::LocalProvider,
+    policy: &str,
+    estimate: u64,
+) -> shared_contract::ReservationId {
+    use shared_contract::multi::{Limit, Limits};
+    let r = request(policy, 1, estimate);
+    let limits = Limits::new(vec![Limit {
+        policy_id: r.policy_id,
+        subject: r.subject,
+        cost: r.cost,
+    }])
+    .expect("one limit");
+    let request = shared_contract::ReserveRequest {
+        limits,
+        ttl: shared_contract::ReservationTtl::from_millis(60_000).expect("valid"),
+        deadline: r.deadline,
+    };
+    match p.reserve_now(&request).expect("valid") {
+        shared_contract::Outcome::Evaluated(shared_contract::Reserved { id: Some(id), .. }) => id,
+        other => panic!("reserved: {other:?}"),
+    }
+}
+
+fn settle(
+    p: &super::LocalProvider,
+    id: shared_contract::ReservationId,
+) -> shared_contract::SettleOutcome {
+    let deadline = request("api", 1, 1).deadline;
+    let request = shared_contract::SettleRequest {
+        id,
+        actual: vec![1],
+        deadline,
+    };
+    p.settle_now(&request).expect("valid")
+}
+
+#[test]
+fn a_reservation_outlives_a_reload_that_keeps_its_policy_and_not_one_that_changes_it() {
+    let (p, _clock) = provider(vec![policy("api", 1, fixed(10, 60_000), 10)]);
+    let kept = reserve(&p, "api", 5);
+    let changed = reserve(&p, "api", 2);
+    let same = p.with_policies(set(vec![policy("api", 1, fixed(10, 60_000), 10)]));
+    let settled = settle(&same, kept);
+    let shared_contract::Outcome::Evaluated(Ok(done)) = settled else {
+        panic!("settled on the reloaded provider: {settled:?}");
+    };
+    assert_eq!(done.charged, vec![1]);
+    // 10 - 1 settled - 2 outstanding.
+    assert_eq!(decide(&same, &request("api", 1, 1)).remaining, 6);
+    let next = same.with_policies(set(vec![policy("api", 2, fixed(10, 60_000), 10)]));
+    assert!(matches!(
+        settle(&next, changed),
+        shared_contract::Outcome::Incompatible { .. }
+    ));
+}

@@ -5,16 +5,9 @@
 use crate::exact::{MAX_SAFE_INTEGER, mul, sub};
 use crate::policy::MAX_DURATION_MS;
 
-use super::{Evaluation, ModelError};
+pub use crate::reservation::Hold;
 
-/// What an admitted reservation holds against one policy, for [`super::reserve::settle`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Hold {
-    /// Effective time (Unix ms) the estimate was charged at.
-    pub at_ms: u64,
-    /// The cost charged at `at_ms`.
-    pub estimate: u64,
-}
+use super::{Evaluation, ModelError};
 
 /// The result of settling a hold.
 #[derive(Debug, Clone, PartialEq, Eq)]

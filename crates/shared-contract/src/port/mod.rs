@@ -7,11 +7,15 @@ use std::collections::BTreeMap;
 use crate::decision::RateLimitOutcome;
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
 use crate::lease::{AcquireOutcome, AcquireRequest, ReleaseOutcome, ReleaseRequest};
-use crate::policy::{Algorithm, ConcurrencyParams, RateLimitPolicy};
+use crate::policy::{Algorithm, AlgorithmKind, ConcurrencyParams, RateLimitPolicy};
 
 pub mod multi;
+pub mod reservations;
 
 use multi::{MultiOutcome, MultiRequest};
+use reservations::{
+    CancelOutcome, CancelRequest, ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest,
+};
 
 /// One request to evaluate against one policy.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -97,6 +101,23 @@ pub enum RequestError {
     /// A lease was asked of a provider that holds none.
     #[error("this provider does not hold leases")]
     LeasesUnsupported,
+    /// A reservation was asked of a provider that keeps none.
+    #[error("this provider does not keep reservations")]
+    ReservationsUnsupported,
+    /// A reservation named a policy whose algorithm takes none (sliding log, concurrency).
+    #[error("policy {policy_id} is a {algorithm} policy; it takes no reservations")]
+    ReservationUnsupported {
+        /// The policy.
+        policy_id: PolicyId,
+        /// Its algorithm's configuration name.
+        algorithm: &'static str,
+    },
+    /// A new reservation while the provider holds as many as it may.
+    #[error("too many reservations are held ({held}); settle or cancel some, or retry later")]
+    ReservationsFull {
+        /// Reservations held.
+        held: usize,
+    },
 }
 
 /// Whether a provider can evaluate now, and if not, why (for readiness probes).
@@ -152,6 +173,37 @@ pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         let _ = request;
         Err(RequestError::LeasesUnsupported)
+    }
+
+    /// Reserves each limit's cost as an estimate, all or nothing (see
+    /// [`crate::model::reserve`]): admitted, it answers a reservation id to settle or cancel.
+    ///
+    /// # Errors
+    /// As [`Self::evaluate_all`], [`RequestError::ReservationUnsupported`] for a sliding-log
+    /// policy, [`RequestError::ReservationsFull`], or [`RequestError::ReservationsUnsupported`]
+    /// (the default); nothing is reserved.
+    async fn reserve(&self, request: ReserveRequest) -> Result<ReserveOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::ReservationsUnsupported)
+    }
+
+    /// Settles a reservation with the actual costs; a retry answers the first settlement.
+    ///
+    /// # Errors
+    /// [`RequestError::ReservationsUnsupported`] (the default). What the reservation's life
+    /// refuses (unknown, expired, cancelled, a bad actual) is an answer, not an error.
+    async fn settle(&self, request: SettleRequest) -> Result<SettleOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::ReservationsUnsupported)
+    }
+
+    /// Cancels a reservation, refunding its estimates; a retry answers as the first.
+    ///
+    /// # Errors
+    /// As [`Self::settle`].
+    async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::ReservationsUnsupported)
     }
 
     /// Whether the provider can evaluate now.
@@ -260,6 +312,33 @@ impl PolicySet {
     }
 
     /// [`Self::admit`] of a policy id and a cost.
+    /// The policies of a reservation's limits, each checked as by [`Self::admit_all`] and
+    /// refused when its algorithm takes no reservations.
+    ///
+    /// # Errors
+    /// As [`Self::admit_all`], and [`RequestError::ReservationUnsupported`].
+    pub fn admit_reservation(
+        &self,
+        request: &ReserveRequest,
+    ) -> Result<Vec<&RateLimitPolicy>, RequestError> {
+        request
+            .limits
+            .iter()
+            .map(|l| {
+                let policy = self.admit_cost(&l.policy_id, l.cost)?;
+                match policy.kind() {
+                    kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) => {
+                        Err(RequestError::ReservationUnsupported {
+                            policy_id: l.policy_id.clone(),
+                            algorithm: kind.as_str(),
+                        })
+                    }
+                    _ => Ok(policy),
+                }
+            })
+            .collect()
+    }
+
     pub(crate) fn admit_cost(
         &self,
         policy_id: &PolicyId,

@@ -12,8 +12,14 @@
 //!
 //! So what a reservation has charged is its actual costs once settled, nothing once
 //! cancelled, and its estimates otherwise ([`Reservation::charged`]).
+//!
+//! A provider keeps a reservation until one ttl after its expiry
+//! ([`Reservation::forget_at_ms`]): until then a settle is replayed and an expired one is
+//! named; after it the id names nothing ([`ReservationError::Unknown`]).
 
-use crate::model::reserve::Hold;
+mod id;
+
+pub use id::{ReservationId, ReservationIdError};
 
 /// Longest reservation ttl: one day, like a lease. A reservation covers one piece of work;
 /// one never settled stays charged at its estimate, so a long ttl only delays its end.
@@ -42,6 +48,15 @@ impl ReservationTtl {
     }
 }
 
+/// What an admitted reservation holds against one policy, for [`crate::model::reserve::settle`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Hold {
+    /// Effective time (Unix ms) the estimate was charged at.
+    pub at_ms: u64,
+    /// The cost charged at `at_ms`.
+    pub estimate: u64,
+}
+
 /// How a reservation ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Ending {
@@ -56,6 +71,7 @@ pub enum Ending {
 pub struct Reservation {
     holds: Vec<Hold>,
     expires_at_ms: u64,
+    ttl: ReservationTtl,
     ending: Option<Ending>,
 }
 
@@ -84,6 +100,9 @@ pub enum ReservationError {
     /// `ttl_ms` is 0 or above the maximum.
     #[error("ttl_ms must be 1..={MAX_RESERVATION_TTL_MS}, got {0}")]
     Ttl(u64),
+    /// No reservation has this id: never made, or forgotten one ttl after its expiry.
+    #[error("no reservation has this id (never made, or forgotten after its expiry)")]
+    Unknown,
     /// The reservation expired (it stays charged at its estimates).
     #[error("the reservation expired at {expired_at_ms} ms; it stays charged at its estimates")]
     Expired {
@@ -96,6 +115,16 @@ pub enum ReservationError {
     /// A cancel after a settle.
     #[error("the reservation was settled; it cannot be cancelled")]
     Settled,
+    /// An actual cost above its policy's `max_cost`.
+    #[error("actual[{index}] is {actual}, above max_cost {max_cost} of its policy")]
+    ActualAboveMax {
+        /// Position of the value, from 0.
+        index: usize,
+        /// The value.
+        actual: u64,
+        /// The policy's `max_cost`.
+        max_cost: u64,
+    },
     /// A settle with another number of actual costs than the reservation has requests.
     #[error("actual has {got} values; the reservation has {expected} requests")]
     ActualCount {
@@ -112,8 +141,14 @@ impl Reservation {
         Reservation {
             holds,
             expires_at_ms: now_ms.saturating_add(ttl.as_millis()),
+            ttl,
             ending: None,
         }
+    }
+
+    /// When a provider may forget it: one ttl after its expiry.
+    pub fn forget_at_ms(&self) -> u64 {
+        self.expires_at_ms.saturating_add(self.ttl.as_millis())
     }
 
     /// The holds, in request order.
