@@ -94,6 +94,7 @@ pub mod layer;
 pub mod leases;
 pub mod limiter;
 pub mod problem;
+pub mod reservations;
 pub mod rule;
 pub mod split;
 pub mod subject;

@@ -605,6 +605,12 @@ impl Limiter {
         }
     }
 
+    /// Counts `outcome` of `members` in the decision metrics, as [`Self::evaluate_all`] does.
+    pub(crate) fn record_members(&self, members: &[Member], outcome: &MultiOutcome, seconds: f64) {
+        let entries: Vec<&Entry> = members.iter().map(|m| &self.entries[m.index.0]).collect();
+        self.record_all(&entries, outcome, seconds);
+    }
+
     fn record_all(&self, entries: &[&Entry], outcome: &MultiOutcome, seconds: f64) {
         for (i, entry) in entries.iter().enumerate() {
             let single = match outcome {

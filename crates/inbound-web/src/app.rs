@@ -100,7 +100,16 @@ pub fn router_with_gates(
         .route("/v1/config", get(crate::api::config))
         .route("/v1/evaluate", post(api::evaluate))
         .route("/v1/leases", post(crate::leases::acquire))
-        .route("/v1/leases/{lease_id}", delete(crate::leases::release));
+        .route("/v1/leases/{lease_id}", delete(crate::leases::release))
+        .route("/v1/reservations", post(crate::reservations::reserve))
+        .route(
+            "/v1/reservations/{reservation_id}/settle",
+            post(crate::reservations::settle),
+        )
+        .route(
+            "/v1/reservations/{reservation_id}",
+            delete(crate::reservations::cancel),
+        );
     let api = match state.limiter() {
         Some(limiter) => {
             let default = limiter.policies().default_id().clone();

@@ -25,8 +25,8 @@ use shared_contract::{
     EvaluationId, MAX_LIMITS, MultiDecision, MultiOutcome, RateLimitOutcome, RateLimitPolicy,
 };
 
-use crate::body::Object;
 use crate::body::Text;
+use crate::body::{Object, Refused};
 use crate::response::{decision_json, json, outcome_body, request_error, respond, shadow_json};
 use crate::state::ApiState;
 
@@ -48,40 +48,53 @@ pub(crate) async fn evaluate(
     entries: &[Object<Entry<'_>>],
     evaluation_id: Option<EvaluationId>,
 ) -> Response {
+    match members(state, limiter, entries) {
+        Ok(members) => evaluate_members(limiter, &members, evaluation_id).await,
+        Err(refused) => refused.response(),
+    }
+}
+
+/// The limits `entries` name, each checked (see the module docs); the refusal names the
+/// entry.
+pub(crate) fn members(
+    state: &ApiState,
+    limiter: &Limiter,
+    entries: &[Object<Entry<'_>>],
+) -> Result<Vec<Member>, Refused> {
     if entries.is_empty() {
-        return problem::bad_request("no_requests", "requests must hold at least one entry");
+        return Err(Refused::new(
+            "no_requests",
+            "requests must hold at least one entry",
+        ));
     }
     if entries.len() > MAX_LIMITS {
-        return problem::bad_request(
+        return Err(Refused::new(
             "too_many_limits",
             &format!(
                 "requests holds {} entries, at most {MAX_LIMITS} are evaluated as one",
                 entries.len()
             ),
-        );
+        ));
     }
     let mut members = Vec::with_capacity(entries.len());
     for (i, e) in entries.iter().enumerate() {
         let subject = e.subject.as_ref().map(|t| &*t.0);
         let policy = e.policy.as_ref().map(|t| &*t.0);
         let at = format!("requests[{i}]: ");
-        let (index, cost) = match state.admit(limiter, policy, subject, e.cost, &at) {
-            Ok(admitted) => admitted,
-            Err(refused) => return refused.response(),
-        };
+        let (index, cost) = state.admit(limiter, policy, subject, e.cost, &at)?;
         let subject = subject.unwrap_or_default();
         let twice = entries[..i].iter().zip(&members).position(|(earlier, m)| {
             let m: &Member = m;
             m.index == index && earlier.subject.as_ref().is_some_and(|t| t.0 == subject)
         });
         if let Some(j) = twice {
-            return problem::bad_request(
+            return Err(Refused::new(
                 "duplicate_limit",
                 &format!(
                     "requests[{i}] repeats policy {} and subject of requests[{j}]",
                     limiter.policy(index).id()
                 ),
-            );
+            ));
         }
         members.push(Member {
             index,
@@ -89,7 +102,7 @@ pub(crate) async fn evaluate(
             cost,
         });
     }
-    evaluate_members(limiter, &members, evaluation_id).await
+    Ok(members)
 }
 
 /// The answer when `members` could not be decided: the single form's answer to the failure
@@ -176,7 +189,7 @@ async fn evaluate_members(
 /// The list form's answer to a decision: `bodies`, one per entry in order, are the
 /// decisions' JSON (`d` tells allowed, violated and replayed; its decisions are the enforced
 /// entries').
-fn decided(d: &MultiDecision, bodies: &[Bytes]) -> Response {
+pub(crate) fn decided(d: &MultiDecision, bodies: &[Bytes]) -> Response {
     let mut body = String::with_capacity(64 + 256 * bodies.len());
     let _ = write!(
         body,

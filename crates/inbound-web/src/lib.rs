@@ -14,6 +14,7 @@
 //! | `response` | how the API answers: JSON, decision bodies, outcomes that are not decisions, refused requests |
 //! | [`leases`] | `POST /v1/leases`, `DELETE /v1/leases/{lease_id}`: concurrency leases |
 //! | `body` | request bodies are JSON objects: one reader that refuses arrays for every body |
+//! | [`reservations`] | `POST /v1/reservations`, `.../{id}/settle`, `DELETE /v1/reservations/{id}`: costs settled after the work |
 //! | [`evaluate_list`] | the list form of `/v1/evaluate`: several limits as one, all-or-nothing |
 //! | [`gates`] | the event-gate routes: submit, event, snapshot; under it the WebSocket `stream` (snapshot plus deltas, slow subscribers closed), its `subscribers` bounds and the gate `metrics` |
 //! | [`app`] | the reference app's router (the middleware over the demo upstream) and server |
@@ -42,6 +43,7 @@ pub mod leases;
 pub mod listener;
 pub mod openapi;
 pub mod reload;
+pub mod reservations;
 mod response;
 pub mod state;
 pub mod telemetry;

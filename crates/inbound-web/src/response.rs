@@ -22,7 +22,8 @@ pub(crate) fn json(status: StatusCode, body: impl Into<Body>) -> Response {
 }
 
 /// The answer to a request the port refused (nothing was consumed): 400 with a stable
-/// `error` per reason, or 503 when the provider holds as many evaluation ids as it may.
+/// `error` per reason, 503 when the provider holds as many evaluation ids or reservations as
+/// it may, 501 when it keeps no reservations.
 pub(crate) fn request_error(e: &RequestError) -> Response {
     let code = match e {
         RequestError::UnknownPolicy(_) => "unknown_policy",
@@ -35,6 +36,24 @@ pub(crate) fn request_error(e: &RequestError) -> Response {
         RequestError::ConcurrencyPolicy { .. } => "concurrency_policy",
         RequestError::NotConcurrencyPolicy { .. } => "not_concurrency_policy",
         RequestError::LeasesUnsupported => "leases_unsupported",
+        RequestError::ReservationUnsupported { .. } => "reservation_unsupported",
+        RequestError::ReservationsUnsupported => {
+            return problem::about_blank(
+                StatusCode::NOT_IMPLEMENTED,
+                Some("reservations_unsupported"),
+                Some(&e.to_string()),
+            );
+        }
+        RequestError::ReservationsFull { .. } => {
+            let mut r = problem::about_blank(
+                StatusCode::SERVICE_UNAVAILABLE,
+                Some("reservations_full"),
+                Some(&e.to_string()),
+            );
+            r.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from(1u64));
+            return r;
+        }
         RequestError::EvaluationIdsFull { .. } => {
             let mut r = problem::about_blank(
                 StatusCode::SERVICE_UNAVAILABLE,

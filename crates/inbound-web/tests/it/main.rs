@@ -23,6 +23,7 @@ mod otlp_export;
 mod prometheus_rules;
 mod reload_local;
 mod reload_redis;
+mod reservations_local;
 mod rls_interop;
 mod routes_local;
 mod shadow_local;

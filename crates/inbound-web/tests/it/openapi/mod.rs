@@ -5,6 +5,7 @@
 //! failures, disabled mode, the stream) answer a status documented for their operation, with
 //! a body that validates against the documented schema.
 
+mod reservations;
 mod schema;
 
 use std::collections::BTreeSet;
@@ -586,6 +587,7 @@ fn concrete(template: &str) -> String {
         .replace("{gate}", "orders")
         .replace("{id}", "e-probe")
         .replace("{lease_id}", "l-probe")
+        .replace("{reservation_id}", "r-probe")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
