@@ -406,7 +406,7 @@ fn cost_problem<R: From<String>>(detail: &str) -> Response<R> {
 }
 
 /// The cost `rule` charges for `req`: fixed, or its cost header (1..=`max_cost`).
-fn rule_cost<B, R: From<String>>(
+pub(crate) fn rule_cost<B, R: From<String>>(
     rule: &Rule,
     req: &Request<B>,
     max_cost: u64,

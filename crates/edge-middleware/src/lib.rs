@@ -20,6 +20,8 @@
 //! | [`split`] | the shadow split every entry point uses: the enforced limits as one evaluation, then the shadow ones when the request goes through |
 //! | [`leases`] | concurrency leases: the limiter's acquire and release, with metrics |
 //! | [`concurrency`] | `ConcurrencyLayer` / `Concurrency<S>`: a lease held per request while its response body is sent |
+//! | [`reservations`] | costs known after the work: the limiter's reserve, settle and cancel, with metrics |
+//! | [`metered`] | `MeteredLayer` / `Metered<S>`: an estimate reserved per request, settled with the actual cost the response reports (a trailer of a streamed body, or a header), exactly once |
 //! | [`layer`] | `RateLimitLayer` / `RateLimit<S>`: the tower middleware; the limits of one request are one all-or-nothing evaluation |
 //! | [`rule`] | which requests a policy limits (path, methods, host, headers), the subject parts, the cost |
 //! | [`headers`] | draft-ietf-httpapi-ratelimit-headers-11 `RateLimit-Policy` / `RateLimit` |
@@ -93,6 +95,7 @@ pub mod headers;
 pub mod layer;
 pub mod leases;
 pub mod limiter;
+pub mod metered;
 pub mod problem;
 pub mod reservations;
 pub mod rule;
@@ -102,6 +105,7 @@ pub mod subject;
 pub use concurrency::{Concurrency, ConcurrencyLayer, LeaseBody};
 pub use layer::{RateLimit, RateLimitLayer, UnknownPolicy};
 pub use limiter::{BreakerGauge, Limiter, LimiterBuilder, Member, PolicyIndex};
+pub use metered::{Metered, MeteredBody, MeteredLayer, MeteredRule};
 pub use rule::{CostSource, HeaderCondition, PeerIp, Rule, most_overlapping, parse_method};
 pub use split::Split;
 pub use subject::{
