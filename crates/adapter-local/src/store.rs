@@ -277,12 +277,13 @@ impl Shard {
         removed
     }
 
-    /// The bucket of the key to evict (the shard is not empty): the first expired or
-    /// unreferenced key among the next [`VICTIM_PROBES`] under the hand, else the last of
-    /// them; any key when the hand found none within [`VICTIM_BUCKETS`].
+    /// The bucket of the key to evict (the shard is not empty): the first expired key among
+    /// the next [`VICTIM_PROBES`] under the hand (it costs nothing to forget), else the first
+    /// unreferenced one, else the last of them; any key when the hand found none within
+    /// [`VICTIM_BUCKETS`].
     fn victim(&mut self, now_ms: u64) -> usize {
         let buckets = self.map.num_buckets();
-        let mut last = None;
+        let (mut cold, mut last) = (None, None);
         let mut probes = 0;
         for _ in 0..VICTIM_BUCKETS {
             if self.hand >= buckets {
@@ -293,17 +294,21 @@ impl Shard {
             let Some((_, e)) = self.map.get_bucket_mut(i) else {
                 continue;
             };
-            if e.expires_at_ms() <= now_ms || !e.referenced() {
+            if e.expires_at_ms() <= now_ms {
                 return i;
             }
-            e.set_referenced(false);
+            if e.referenced() {
+                e.set_referenced(false);
+            } else if cold.is_none() {
+                cold = Some(i);
+            }
             last = Some(i);
             probes += 1;
             if probes == VICTIM_PROBES {
                 break;
             }
         }
-        last.unwrap_or_else(|| {
+        cold.or(last).unwrap_or_else(|| {
             let hasher = self.hasher;
             let (key, _) = self.map.iter().next().expect("the shard is not empty");
             let key = *key;
