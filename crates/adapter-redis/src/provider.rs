@@ -88,10 +88,10 @@ use redis::Value;
 use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, AlgorithmKind, EdgeRateLimitPort, IncompatibleCategory,
-    MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RandomTokens,
-    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
-    RequestError, TokenSource,
+    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, EdgeRateLimitPort,
+    IncompatibleCategory, MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet,
+    RandomTokens, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome,
+    ReleaseRequest, RequestError, TokenSource,
 };
 
 use crate::acl::Needs;
@@ -173,7 +173,19 @@ pub struct RedisProvider {
 fn plans(prefix: &str, policies: &PolicySet) -> Result<HashMap<PolicyId, Arc<Plan>>, Error> {
     policies
         .iter()
-        .map(|p| Ok((p.id().clone(), Arc::new(Plan::new(prefix, p)?))))
+        .map(|p| {
+            if let Algorithm::FixedWindow(w) = p.algorithm()
+                && w.calendar().is_some()
+            {
+                return Err(Error::UnsupportedPolicy {
+                    policy: p.id().clone(),
+                    key: "window",
+                    reason: "calendar windows are kept by the local provider only so far; \
+                             the redis provider's programs count epoch-aligned windows",
+                });
+            }
+            Ok((p.id().clone(), Arc::new(Plan::new(prefix, p)?)))
+        })
         .collect()
 }
 
@@ -579,5 +591,27 @@ impl EdgeRateLimitPort for RedisProvider {
     /// cluster: every slot's master).
     async fn readiness(&self) -> Readiness {
         self.pool.readiness(self.settings.command_timeout).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared_contract::policy::calendar::CalendarUnit;
+
+    use super::*;
+
+    #[test]
+    fn a_calendar_window_is_refused_naming_its_policy_and_key() {
+        let month = RateLimitPolicy::calendar("quota", 10, CalendarUnit::Month)
+            .build()
+            .expect("valid");
+        let id = month.id().clone();
+        let set = PolicySet::new(vec![month], id).expect("a set");
+        let e = plans("rl", &set).expect_err("not supported");
+        let shown = e.to_string();
+        assert!(
+            shown.starts_with("rate_limit.policies.quota.window: calendar windows"),
+            "{shown}"
+        );
     }
 }

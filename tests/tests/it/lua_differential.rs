@@ -79,6 +79,7 @@ pub(crate) fn pick(sel: (u8, u64), max: u64) -> u64 {
 fn spec_limit(a: &AlgorithmSpec) -> u64 {
     match a {
         AlgorithmSpec::FixedWindow { limit, .. }
+        | AlgorithmSpec::CalendarWindow { limit, .. }
         | AlgorithmSpec::SlidingWindow { limit, .. }
         | AlgorithmSpec::SlidingLog { limit, .. } => *limit,
         AlgorithmSpec::TokenBucket { capacity, .. } => *capacity,

@@ -316,6 +316,7 @@ proptest! {
     ) {
         let limit = match &algorithm {
             AlgorithmSpec::FixedWindow { limit, .. }
+            | AlgorithmSpec::CalendarWindow { limit, .. }
             | AlgorithmSpec::SlidingWindow { limit, .. }
             | AlgorithmSpec::SlidingLog { limit, .. } => *limit,
             AlgorithmSpec::TokenBucket { capacity, .. } => *capacity,

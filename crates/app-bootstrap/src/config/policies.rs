@@ -7,6 +7,7 @@
 //! contract's.
 
 use figment::value::{Dict, Value};
+use shared_contract::policy::calendar::CalendarUnit;
 // Defaults of the optional common fields: the contract's, so code and files agree.
 use shared_contract::policy::{
     DEFAULT_CLEANUP_GRACE, DEFAULT_MAX_CLOCK_REGRESSION, DEFAULT_MAX_COST, DEFAULT_REVISION,
@@ -40,6 +41,7 @@ const ALGORITHM_KEYS: &[&str] = &[
     "period",
     "burst",
     "lease_ttl",
+    "time_zone",
 ];
 
 /// The parameters of each algorithm, in the order they are documented.
@@ -48,6 +50,7 @@ fn parameters(kind: AlgorithmKind) -> &'static [&'static str] {
         AlgorithmKind::TokenBucket => &["capacity", "refill_amount", "refill_interval"],
         AlgorithmKind::Gcra => &["limit", "period", "burst"],
         AlgorithmKind::Concurrency => &["limit", "lease_ttl"],
+        AlgorithmKind::FixedWindow => &["limit", "window", "time_zone"],
         _ => &["limit", "window"],
     }
 }
@@ -272,11 +275,14 @@ fn read_algorithm(
                 lease_ttl: lease_ttl?,
             })
         }
-        AlgorithmKind::FixedWindow | AlgorithmKind::SlidingWindow | AlgorithmKind::SlidingLog => {
+        AlgorithmKind::FixedWindow => {
+            let limit = num(c, "limit");
+            fixed_window(c, path, d, limit)
+        }
+        AlgorithmKind::SlidingWindow | AlgorithmKind::SlidingLog => {
             let limit = num(c, "limit")?;
             let window = dur(c, "window")?;
             Some(match kind {
-                AlgorithmKind::FixedWindow => AlgorithmSpec::FixedWindow { limit, window },
                 AlgorithmKind::SlidingWindow => AlgorithmSpec::SlidingWindow { limit, window },
                 _ => AlgorithmSpec::SlidingLog { limit, window },
             })
@@ -292,6 +298,59 @@ fn read_algorithm(
             None
         }
     }
+}
+
+/// A fixed window's `window`: a duration, or a calendar period (`"calendar:day"`) in
+/// `time_zone` (default `UTC`), which applies to calendar periods only.
+fn fixed_window(c: &mut Check, path: &str, d: &Dict, limit: Option<u64>) -> Option<AlgorithmSpec> {
+    let at = |key: &str| join(path, key);
+    let window = d.get("window");
+    let calendar = match window {
+        Some(Value::String(_, s)) => s.strip_prefix("calendar:"),
+        _ => None,
+    };
+    let Some(unit) = calendar else {
+        if d.contains_key("time_zone") {
+            c.push(
+                at("time_zone"),
+                "applies to calendar windows only (window = \"calendar:day\", ...)".to_owned(),
+            );
+        }
+        let required = "required by algorithm fixed_window";
+        let v = c.required(&at("window"), window, required)?;
+        let window = c.duration(&at("window"), Some(v))?;
+        return Some(AlgorithmSpec::FixedWindow {
+            limit: limit?,
+            window,
+        });
+    };
+    let unit = match CalendarUnit::parse(unit) {
+        Some(u) => Some(u),
+        None => {
+            let shown: String = unit.chars().take(32).collect();
+            c.push(
+                at("window"),
+                format!("calendar:{shown} is not a calendar period (calendar:hour, calendar:day, calendar:week or calendar:month)"),
+            );
+            None
+        }
+    };
+    let time_zone = match d.get("time_zone") {
+        None => Some("UTC".to_owned()),
+        Some(Value::String(_, s)) => Some(s.clone()),
+        Some(_) => {
+            c.push(
+                at("time_zone"),
+                "must be a string: UTC or an IANA time zone name".to_owned(),
+            );
+            None
+        }
+    };
+    Some(AlgorithmSpec::CalendarWindow {
+        limit: limit?,
+        unit: unit?,
+        time_zone: time_zone?,
+    })
 }
 
 /// One table per policy, every field shown with its effective value.
@@ -311,7 +370,14 @@ pub(super) fn render(o: &mut Toml, policies: &PolicySet) {
                 o.ms("period", g.period_ms());
                 o.raw("burst", g.burst());
             }
-            Algorithm::FixedWindow(w) => window(o, w.limit(), w.window_ms()),
+            Algorithm::FixedWindow(w) => match w.calendar() {
+                Some(cal) => {
+                    o.raw("limit", w.limit());
+                    o.str("window", &format!("calendar:{}", cal.unit()));
+                    o.str("time_zone", cal.time_zone());
+                }
+                None => window(o, w.limit(), w.window_ms()),
+            },
             Algorithm::SlidingWindow(w) => window(o, w.limit(), w.window_ms()),
             Algorithm::SlidingLog(w) => window(o, w.limit(), w.window_ms()),
             Algorithm::Concurrency(l) => {
@@ -539,3 +605,7 @@ mod shadow_tests {
         }
     }
 }
+
+#[cfg(all(test, feature = "local"))]
+#[path = "policies_calendar_tests.rs"]
+mod calendar_tests;

@@ -1,5 +1,6 @@
-//! Fixed window: windows aligned to the Unix epoch, `[k*W, (k+1)*W)`. An allow needs
-//! `cost <= limit - consumed`; retry and reset point to the current window's end.
+//! Fixed window: windows aligned to the Unix epoch, `[k*W, (k+1)*W)`, or calendar periods
+//! ([`crate::policy::calendar`]). An allow needs `cost <= limit - consumed`; retry and reset
+//! point to the current window's end.
 //!
 //! State: `last_ms` (time of the last write, whose window the count belongs to), `count` and
 //! `overdraft` (cost a settlement charged past the limit in that window; see
@@ -43,9 +44,20 @@ impl Stored for FixedWindowState {
     }
 }
 
+/// The window holding `t`: `[start, end)`, from the epoch or the calendar.
+fn bounds(p: &FixedWindowParams, t: u64) -> Result<(u64, u64), ModelError> {
+    match p.calendar() {
+        Some(c) => c.bounds(t).ok_or(ModelError::ClockOutOfRange(t)),
+        None => {
+            let start = sub(t, rem(t, p.window_ms())?)?;
+            Ok((start, add(start, p.window_ms())?))
+        }
+    }
+}
+
 /// Start of the window holding `t`.
 fn window_start(p: &FixedWindowParams, t: u64) -> Result<u64, ModelError> {
-    Ok(sub(t, rem(t, p.window_ms())?)?)
+    Ok(bounds(p, t)?.0)
 }
 
 /// Cost counted at effective time `now` (count plus overdraft; 0 in a later window).
@@ -72,7 +84,7 @@ pub fn evaluate(
     cost: u64,
 ) -> Result<Evaluation<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
-        let reset_at = add(window_start(p, now)?, p.window_ms())?;
+        let reset_at = bounds(p, now)?.1;
         let count = used(p, state, now)?.min(p.limit());
         let available = sub(p.limit(), count)?;
         let mut out = Evaluation::denied(now_ms, now, p.limit(), available);
@@ -107,8 +119,7 @@ pub fn settle(
     actual: u64,
 ) -> Result<Settlement<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
-        let start = window_start(p, now)?;
-        let reset_at = add(start, p.window_ms())?;
+        let (start, reset_at) = bounds(p, now)?;
         let held = window_start(p, hold.at_ms)? == start;
         let (used, change) = adjust(
             (used(p, state, now)?, MAX_SAFE_INTEGER),

@@ -4,6 +4,7 @@
 
 use std::time::Duration;
 
+use super::calendar::Calendar;
 use super::{
     AlgorithmKind, AlgorithmSpec, CONCURRENCY_MAX_LIMIT, MAX_DURATION_MS, MAX_LEASE_TTL_MS,
     MIN_COUNT, PolicyError, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE, in_range, millis,
@@ -20,11 +21,13 @@ pub struct Rules {
     pub cleanup_grace_ms: u64,
 }
 
-/// Fixed window: at most `limit` cost per epoch-aligned window of `window_ms`.
+/// Fixed window: at most `limit` cost per epoch-aligned window of `window_ms`, or per calendar
+/// period ([`Self::calendar`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FixedWindowParams {
     limit: u64,
     window_ms: u64,
+    calendar: Option<Calendar>,
 }
 
 impl FixedWindowParams {
@@ -32,9 +35,15 @@ impl FixedWindowParams {
     pub fn limit(&self) -> u64 {
         self.limit
     }
-    /// Window length in ms, at least 1.
+    /// Window length in ms, at least 1; for a calendar period, its longest length (what
+    /// horizons and lifetimes take).
     pub fn window_ms(&self) -> u64 {
         self.window_ms
+    }
+    /// The calendar period of the windows, when they are calendar periods rather than
+    /// `window_ms` from the epoch.
+    pub fn calendar(&self) -> Option<Calendar> {
+        self.calendar
     }
 }
 
@@ -256,7 +265,31 @@ impl Algorithm {
         Some(match *spec {
             AlgorithmSpec::FixedWindow { limit, window } => {
                 let (limit, window_ms) = limit_and_window(e, limit, MAX_SAFE_INTEGER, window)?;
-                Algorithm::FixedWindow(FixedWindowParams { limit, window_ms })
+                Algorithm::FixedWindow(FixedWindowParams {
+                    limit,
+                    window_ms,
+                    calendar: None,
+                })
+            }
+            AlgorithmSpec::CalendarWindow {
+                limit,
+                unit,
+                ref time_zone,
+            } => {
+                let limit = in_range(e, "limit", limit, MIN_COUNT, MAX_SAFE_INTEGER);
+                let calendar = Calendar::new(unit, time_zone);
+                if calendar.is_none() {
+                    let shown: String = time_zone.chars().take(64).collect();
+                    e.push(PolicyError {
+                        field: "time_zone",
+                        problem: format!("{shown:?} is not UTC or an IANA time zone name"),
+                    });
+                }
+                Algorithm::FixedWindow(FixedWindowParams {
+                    limit: limit?,
+                    window_ms: unit.longest_ms(),
+                    calendar: Some(calendar?),
+                })
             }
             AlgorithmSpec::SlidingWindow { limit, window } => {
                 Algorithm::SlidingWindow(SlidingWindowParams::validate(e, limit, window)?)

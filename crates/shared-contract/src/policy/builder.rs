@@ -36,6 +36,7 @@
 
 use std::time::Duration;
 
+use super::calendar::CalendarUnit;
 use super::{AlgorithmSpec, FailurePolicy, PolicyError, PolicyErrors, PolicySpec, RateLimitPolicy};
 use crate::ids::{PolicyId, PolicyRevision};
 
@@ -57,6 +58,7 @@ enum Shape {
     TokenBucket,
     Gcra,
     Concurrency { lease_ttl: Duration },
+    Calendar(CalendarUnit),
 }
 
 /// A policy under construction (see the module docs); [`Self::build`] validates it.
@@ -76,6 +78,7 @@ pub struct PolicyBuilder {
     failure_policy: FailurePolicy,
     shadow: bool,
     deny_cache: bool,
+    time_zone: String,
 }
 
 impl RateLimitPolicy {
@@ -106,6 +109,12 @@ impl RateLimitPolicy {
         PolicyBuilder::new(id, Shape::Gcra, limit)
     }
 
+    /// `limit` per calendar `unit` (hour, day, week, month) of UTC, or of
+    /// [`PolicyBuilder::time_zone`].
+    pub fn calendar(id: &str, limit: u64, unit: CalendarUnit) -> PolicyBuilder {
+        PolicyBuilder::new(id, Shape::Calendar(unit), limit)
+    }
+
     /// At most `limit` leases held at once per subject, each expiring after `lease_ttl`.
     pub fn concurrency(id: &str, limit: u64, lease_ttl: Duration) -> PolicyBuilder {
         PolicyBuilder::new(id, Shape::Concurrency { lease_ttl }, limit)
@@ -114,21 +123,30 @@ impl RateLimitPolicy {
     /// `algorithm` with every parameter as given (for code that holds an [`AlgorithmSpec`],
     /// such as a test over every algorithm); the other settings at their defaults.
     pub fn with_algorithm(id: &str, algorithm: AlgorithmSpec) -> PolicyBuilder {
-        let (shape, limit, per) = match algorithm {
-            AlgorithmSpec::FixedWindow { limit, window } => (Shape::FixedWindow, limit, window),
-            AlgorithmSpec::SlidingWindow { limit, window } => (Shape::SlidingWindow, limit, window),
-            AlgorithmSpec::SlidingLog { limit, window } => (Shape::SlidingLog, limit, window),
+        let (shape, limit, per) = match &algorithm {
+            AlgorithmSpec::FixedWindow { limit, window } => (Shape::FixedWindow, *limit, *window),
+            AlgorithmSpec::SlidingWindow { limit, window } => {
+                (Shape::SlidingWindow, *limit, *window)
+            }
+            AlgorithmSpec::SlidingLog { limit, window } => (Shape::SlidingLog, *limit, *window),
             AlgorithmSpec::TokenBucket {
                 capacity,
                 refill_interval,
                 ..
-            } => (Shape::TokenBucket, capacity, refill_interval),
-            AlgorithmSpec::Gcra { limit, period, .. } => (Shape::Gcra, limit, period),
+            } => (Shape::TokenBucket, *capacity, *refill_interval),
+            AlgorithmSpec::Gcra { limit, period, .. } => (Shape::Gcra, *limit, *period),
             AlgorithmSpec::Concurrency { limit, lease_ttl } => (
-                Shape::Concurrency { lease_ttl },
-                limit,
+                Shape::Concurrency {
+                    lease_ttl: *lease_ttl,
+                },
+                *limit,
                 Duration::from_secs(1),
             ),
+            AlgorithmSpec::CalendarWindow {
+                limit,
+                unit,
+                time_zone,
+            } => return Self::calendar(id, *limit, *unit).time_zone(time_zone),
         };
         let mut builder = PolicyBuilder::new(id, shape, limit).per(per);
         if let AlgorithmSpec::TokenBucket { refill_amount, .. } = algorithm {
@@ -157,7 +175,14 @@ impl PolicyBuilder {
             failure_policy: FailurePolicy::FailClosed,
             shadow: false,
             deny_cache: true,
+            time_zone: "UTC".to_owned(),
         }
+    }
+
+    /// The time zone of a calendar policy's periods: `UTC` (the default) or an IANA name.
+    pub fn time_zone(mut self, name: &str) -> Self {
+        self.time_zone = name.to_owned();
+        self
     }
 
     /// The span the limit is per: the window, the refill interval, the GCRA period.
@@ -243,6 +268,11 @@ impl PolicyBuilder {
                 burst: self.burst.unwrap_or(limit),
             },
             Shape::Concurrency { lease_ttl } => AlgorithmSpec::Concurrency { limit, lease_ttl },
+            Shape::Calendar(unit) => AlgorithmSpec::CalendarWindow {
+                limit,
+                unit,
+                time_zone: self.time_zone.clone(),
+            },
         };
         let (id, revision) = match (PolicyId::new(&self.id), PolicyRevision::new(self.revision)) {
             (Ok(id), Ok(revision)) => (id, revision),

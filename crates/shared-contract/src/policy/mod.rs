@@ -9,6 +9,7 @@ use crate::ids::{Cost, PolicyId, PolicyRevision};
 
 mod algorithm;
 mod builder;
+pub mod calendar;
 mod share;
 
 pub use algorithm::{
@@ -182,6 +183,17 @@ pub enum AlgorithmSpec {
         limit: u64,
         /// Window length: whole milliseconds, `1 ms..=MAX_DURATION_MS`.
         window: Duration,
+    },
+    /// A fixed window whose windows are calendar periods (`window = "calendar:month"`): at most
+    /// `limit` cost per hour, day, week or month of `time_zone` ([`calendar`]). Validated into
+    /// [`Algorithm::FixedWindow`] with a [`calendar::Calendar`].
+    CalendarWindow {
+        /// Most cost per period, `1..=2^53-1`.
+        limit: u64,
+        /// The period.
+        unit: calendar::CalendarUnit,
+        /// `UTC` or an IANA zone name (`Europe/Berlin`).
+        time_zone: String,
     },
     /// The previous window's count weighted by its share still inside the sliding window, plus the
     /// current one's.

@@ -27,9 +27,16 @@ impl RateLimitPolicy {
         }
         let ms = Duration::from_millis;
         let candidates: Vec<AlgorithmSpec> = match self.algorithm {
-            Algorithm::FixedWindow(p) => vec![AlgorithmSpec::FixedWindow {
-                limit: p.limit() / n,
-                window: ms(p.window_ms()),
+            Algorithm::FixedWindow(p) => vec![match p.calendar() {
+                Some(c) => AlgorithmSpec::CalendarWindow {
+                    limit: p.limit() / n,
+                    unit: c.unit(),
+                    time_zone: c.time_zone().to_owned(),
+                },
+                None => AlgorithmSpec::FixedWindow {
+                    limit: p.limit() / n,
+                    window: ms(p.window_ms()),
+                },
             }],
             Algorithm::SlidingWindow(p) => vec![AlgorithmSpec::SlidingWindow {
                 limit: p.limit() / n,
@@ -65,6 +72,7 @@ impl RateLimitPolicy {
     fn share_with(&self, algorithm: AlgorithmSpec) -> Option<RateLimitPolicy> {
         let limit = match algorithm {
             AlgorithmSpec::FixedWindow { limit, .. }
+            | AlgorithmSpec::CalendarWindow { limit, .. }
             | AlgorithmSpec::SlidingWindow { limit, .. }
             | AlgorithmSpec::SlidingLog { limit, .. }
             | AlgorithmSpec::Concurrency { limit, .. } => limit,

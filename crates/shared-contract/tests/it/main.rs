@@ -2,6 +2,7 @@
 //! binary so that a test build links the dependency tree once. One module: `cargo test -p
 //! shared-contract --test it gate_model::`.
 
+mod calendar_model;
 mod common;
 mod concurrency_model;
 mod denial_properties;

@@ -49,15 +49,23 @@ fn read_graph() -> Graph {
         .iter()
         .map(|id| (names[&text(id)].clone(), text(id)))
         .collect();
+    let packages: HashMap<String, &serde_json::Value> = meta["packages"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|p| (text(&p["id"]), p))
+        .collect();
     let normal = list(&meta["resolve"]["nodes"])
         .iter()
         .map(|node| {
+            let id = text(&node["id"]);
             let deps = list(&node["deps"])
                 .iter()
                 .filter(|d| list(&d["dep_kinds"]).iter().any(|k| k["kind"].is_null()))
                 .map(|d| text(&d["pkg"]))
+                .filter(|dep| activated(packages[&id], node, &names[dep]))
                 .collect();
-            (text(&node["id"]), deps)
+            (id, deps)
         })
         .collect();
     Graph {
@@ -65,6 +73,39 @@ fn read_graph() -> Graph {
         normal,
         members,
     }
+}
+
+/// Whether `node` (a package of `package`) really uses its dependency named `dep`: always
+/// for a required one; for an optional one, only when an enabled feature turns it on.
+/// `cargo metadata` also lists an optional dependency that only a weak feature (`dep?/x`)
+/// names, which compiles nothing.
+fn activated(package: &serde_json::Value, node: &serde_json::Value, dep: &str) -> bool {
+    let declared = package["dependencies"].as_array().into_iter().flatten();
+    let optional: Vec<&str> = declared
+        .filter(|d| d["name"] == dep && d["kind"].is_null())
+        .filter(|d| d["optional"] == true)
+        .map(|d| d["rename"].as_str().or(d["name"].as_str()).unwrap_or(dep))
+        .collect();
+    if optional.is_empty() {
+        return true;
+    }
+    let enabled: Vec<&str> = node["features"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|f| f.as_str())
+        .collect();
+    optional.iter().any(|key| {
+        enabled.contains(key)
+            || enabled.iter().any(|f| {
+                package["features"][*f]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|v| v.as_str())
+                    .any(|v| v == format!("dep:{key}") || v.starts_with(&format!("{key}/")))
+            })
+    })
 }
 
 impl Graph {

@@ -72,6 +72,7 @@ pub fn policy() -> impl Strategy<Value = RateLimitPolicy> {
             |(algorithm, mc, grace, regression)| {
                 let limit = match algorithm {
                     AlgorithmSpec::FixedWindow { limit, .. }
+                    | AlgorithmSpec::CalendarWindow { limit, .. }
                     | AlgorithmSpec::SlidingWindow { limit, .. }
                     | AlgorithmSpec::SlidingLog { limit, .. } => limit,
                     AlgorithmSpec::TokenBucket { capacity, .. } => capacity,
