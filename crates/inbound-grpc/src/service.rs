@@ -367,6 +367,12 @@ fn check(request: &RateLimitRequest) -> Result<(), Status> {
         if d.entries.is_empty() {
             return bad(format!("descriptors[{i}] has no entries"));
         }
+        // A refund of hits charged before: charging it as a cost would do the opposite.
+        if d.is_negative_hits {
+            return bad(format!(
+                "descriptors[{i}] has is_negative_hits (a refund), which this service does not take; nothing was charged"
+            ));
+        }
         if d.entries.len() > MAX_ENTRIES {
             return bad(format!(
                 "descriptors[{i}] has {} entries; at most {MAX_ENTRIES} are accepted",

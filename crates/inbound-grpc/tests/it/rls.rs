@@ -391,6 +391,16 @@ async fn bad_requests_are_invalid_argument_and_charge_nothing() {
             "oversize message",
             request(vec![descriptor(&[("k", &"v".repeat(70_000))])], 1),
         ),
+        (
+            "a refund (is_negative_hits)",
+            request(
+                vec![RateLimitDescriptor {
+                    is_negative_hits: true,
+                    ..user()
+                }],
+                1,
+            ),
+        ),
     ];
     for (what, r) in cases {
         let e = ask(&mut c, r).await.expect_err(what);
