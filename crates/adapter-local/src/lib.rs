@@ -75,6 +75,7 @@
 //! | --- | --- | --- |
 //! | `publisher` | yes | [`LocalGatePublisher`], the Tokio task that publishes the local gates' due events on time without traffic (adds `tokio` and `tracing`; without it the crate needs no runtime) |
 
+mod charges;
 mod compact;
 pub mod gate;
 mod leases;
@@ -97,7 +98,8 @@ use shared_contract::{
     AcquireOutcome, AcquireRequest, RandomTokens, ReleaseOutcome, ReleaseRequest, TokenSource,
 };
 use shared_contract::{
-    CancelOutcome, CancelRequest, ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest,
+    CancelOutcome, CancelRequest, ChargeOutcome, ChargeRequest, ReserveOutcome, ReserveRequest,
+    SettleOutcome, SettleRequest,
 };
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
@@ -526,6 +528,10 @@ impl EdgeRateLimitPort for LocalProvider {
 
     async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
         self.cancel_now(&request)
+    }
+
+    async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        self.charge_now(&request)
     }
 
     fn policies(&self) -> &PolicySet {

@@ -171,6 +171,7 @@ pub struct DescriptorRule {
     domain: String,
     entries: Vec<EntryMatcher>,
     policy: PolicyId,
+    charge_after: bool,
 }
 
 impl DescriptorRule {
@@ -200,7 +201,22 @@ impl DescriptorRule {
             domain,
             entries,
             policy,
+            charge_after: false,
         })
+    }
+
+    /// The same rule for costs known after the work (`charge = "after"`, Envoy's stream-done
+    /// call): a cost of 0 is a check (charging nothing) and any other cost is charged past the
+    /// limit if need be, never denied.
+    #[must_use]
+    pub fn charging_after(mut self) -> Self {
+        self.charge_after = true;
+        self
+    }
+
+    /// Whether the rule charges after the work ([`Self::charging_after`]).
+    pub fn charges_after(&self) -> bool {
+        self.charge_after
     }
 
     /// The descriptor domain this rule applies to (never empty).

@@ -4,20 +4,21 @@
 //!
 //! A reservation's evaluation of its estimates counts in the decision metrics like an
 //! evaluation of several limits. `rate_limit_reservations_total{operation, outcome}` counts
-//! every call: `operation` is `reserve`, `settle` or `cancel`; `outcome` is `reserved`,
-//! `denied`, `settled`, `cancelled`, `replayed`, `not_found`, `expired`, `conflict` (settle
-//! after cancel, cancel after settle), `invalid` (the actual costs), or the failure's name.
+//! every call: `operation` is `reserve`, `settle`, `cancel` or `charge` (after the work);
+//! `outcome` is `reserved`, `denied`, `settled`, `cancelled`, `replayed`, `charged`,
+//! `not_found`, `expired`, `conflict` (settle after cancel, cancel after settle), `invalid`
+//! (the actual costs), or the failure's name.
 
 use std::time::Instant;
 
 use shared_contract::{
-    CancelOutcome, CancelRequest, Limit, Limits, MultiOutcome, Outcome, RequestError,
-    ReservationError, ReservationId, ReservationTtl, ReserveOutcome, ReserveRequest, SettleOutcome,
-    SettleRequest,
+    CancelOutcome, CancelRequest, ChargeLimit, ChargeOutcome, ChargeRequest, Limit, Limits,
+    MultiOutcome, Outcome, RequestError, ReservationError, ReservationId, ReservationTtl,
+    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest,
 };
 use tracing::Instrument as _;
 
-use crate::limiter::{Limiter, Member};
+use crate::limiter::{Limiter, Member, PolicyIndex};
 
 /// Metric names of the reservations, as `/metrics` shows them.
 pub mod names {
@@ -108,6 +109,42 @@ impl Limiter {
                 Outcome::Evaluated(Ok(s)) if s.replayed => "replayed",
                 Outcome::Evaluated(Ok(_)) => "settled",
                 Outcome::Evaluated(Err(e)) => refused(e),
+                failure => failure.name(),
+            },
+        );
+        Ok(outcome)
+    }
+
+    /// Checks (cost 0) and charges (past the limit if need be) `limits` after the work: see
+    /// [`ChargeRequest`]. The call counts in `rate_limit_reservations_total{operation="charge"}`.
+    ///
+    /// # Errors
+    /// What the port refuses; nothing was charged.
+    ///
+    /// # Panics
+    /// As [`Self::policy`].
+    pub async fn charge(
+        &self,
+        limits: &[(PolicyIndex, shared_contract::SubjectDigest, u64)],
+    ) -> Result<ChargeOutcome, RequestError> {
+        let request = ChargeRequest {
+            limits: limits
+                .iter()
+                .map(|&(index, subject, cost)| ChargeLimit {
+                    policy_id: self.policy(index).id().clone(),
+                    subject,
+                    cost,
+                })
+                .collect(),
+            deadline: self.deadline(Instant::now()),
+        };
+        let span = tracing::debug_span!("rate_limit.charge", limits = limits.len());
+        let outcome = self.port().charge(request).instrument(span).await?;
+        count(
+            "charge",
+            match &outcome {
+                Outcome::Evaluated(d) if d.allowed => "charged",
+                Outcome::Evaluated(_) => "denied",
                 failure => failure.name(),
             },
         );

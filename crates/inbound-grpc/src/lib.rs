@@ -24,6 +24,7 @@
 
 #![warn(missing_docs)]
 
+mod after;
 pub mod server;
 pub mod service;
 

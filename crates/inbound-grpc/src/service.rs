@@ -11,6 +11,8 @@
 //! | not evaluated, otherwise: provider unavailable / incompatible | gRPC status `UNAVAILABLE` |
 //! | not evaluated, otherwise: result unknown (`indeterminate`) | gRPC status `UNKNOWN` |
 //! | bad request | gRPC status `INVALID_ARGUMENT`, nothing charged |
+//! | a rule with `charge = "after"` (docs/envoy.md): cost 0, a check | `OK` while a cost of 1 would be admitted, else `OVER_LIMIT` (nothing else evaluated) |
+//! | a rule with `charge = "after"`: any other cost | charged past the limit if need be: `OK` |
 //!
 //! A gRPC error status is what Envoy's `failure_mode_deny` acts on: with it true the request is
 //! refused, with it false (Envoy's default) it goes through.
@@ -66,6 +68,8 @@ pub type TraceParent = fn(headers: &http::HeaderMap, span: &tracing::Span);
 enum Slot {
     Unknown,
     Limit(usize),
+    /// A descriptor of a rule that charges after the work: which of the charged limits.
+    After(usize),
 }
 
 impl RlsService {
@@ -180,7 +184,7 @@ impl RlsService {
 impl Inner {
     async fn answer(&self, request: &RateLimitRequest) -> Result<RateLimitResponse, Status> {
         check(request)?;
-        let (slots, members) = self.matched(request)?;
+        let (slots, members, after) = self.matched(request)?;
         let unknown = slots.iter().any(|s| matches!(s, Slot::Unknown));
         if unknown && self.unknown == UnknownDescriptor::Deny {
             let statuses = slots
@@ -189,11 +193,30 @@ impl Inner {
                 .collect();
             return Ok(response(Code::OverLimit, statuses, Vec::new()));
         }
-        if members.is_empty() {
+        if members.is_empty() && after.is_empty() {
             let statuses = slots.iter().map(|_| status_only(false, Code::Ok)).collect();
             return Ok(response(Code::Ok, statuses, Vec::new()));
         }
-        self.evaluate(&slots, &members).await
+        let charged = match crate::after::charge(&self.limiter, &after).await {
+            Ok(decisions) => decisions,
+            Err(crate::after::Refused::Status(status)) => return Err(status),
+            Err(crate::after::Refused::Failed(failure)) => {
+                let policies: Vec<&RateLimitPolicy> =
+                    after.iter().map(|a| self.limiter.policy(a.index)).collect();
+                return failed(&slots, &policies, &failure);
+            }
+        };
+        let charged: Vec<(&RateLimitPolicy, RateLimitDecision)> = after
+            .iter()
+            .map(|a| self.limiter.policy(a.index))
+            .zip(charged)
+            .collect();
+        // A check that denies refuses the request: the other limits are not evaluated.
+        let refused = charged.iter().any(|(p, d)| !d.allowed && !p.shadow());
+        if refused || members.is_empty() {
+            return Ok(answered(&slots, &[], &[], &charged, !refused));
+        }
+        self.evaluate(&slots, &members, &charged).await
     }
 
     /// `members` by the shadow split ([`Limiter::evaluate_split`], as at the HTTP edge): the
@@ -205,6 +228,7 @@ impl Inner {
         &self,
         slots: &[Slot],
         members: &[Member],
+        charged: &[(&RateLimitPolicy, RateLimitDecision)],
     ) -> Result<RateLimitResponse, Status> {
         let limiter = &self.limiter;
         let policies: Vec<&RateLimitPolicy> =
@@ -244,32 +268,39 @@ impl Inner {
         }
         let decisions: Vec<Option<&RateLimitDecision>> =
             decisions.iter().map(Option::as_ref).collect();
-        Ok(answered(slots, &policies, &decisions, allowed))
+        Ok(answered(slots, &policies, &decisions, charged, allowed))
     }
 
     /// Each descriptor's slot, and the members of the matched ones (a descriptor that repeats
     /// an earlier one's policy and subject shares its member, whose cost is then the sum).
-    fn matched(&self, request: &RateLimitRequest) -> Result<(Vec<Slot>, Vec<Member>), Status> {
+    fn matched(&self, request: &RateLimitRequest) -> Result<Matched, Status> {
         let default_cost = u64::from(request.hits_addend.max(1));
         let mut slots = Vec::with_capacity(request.descriptors.len());
         let mut members: Vec<Member> = Vec::new();
+        let mut after: Vec<crate::after::After> = Vec::new();
         // The descriptors of each member, for a message about their summed cost.
         let mut sharing: Vec<Vec<usize>> = Vec::new();
         for (i, d) in request.descriptors.iter().enumerate() {
             let entries = d.entries.iter().map(|e| (e.key.as_str(), e.value.as_str()));
-            let Some(index) = self
-                .rules
-                .find(&request.domain, entries)
-                .and_then(|rule| self.limiter.resolve(rule.policy()))
+            let Some((index, charges_after)) =
+                self.rules.find(&request.domain, entries).and_then(|rule| {
+                    Some((self.limiter.resolve(rule.policy())?, rule.charges_after()))
+                })
             else {
                 slots.push(Slot::Unknown);
                 continue;
             };
             let policy = self.limiter.policy(index);
-            let cost = descriptor_cost(d, default_cost);
             let subject = self
                 .limiter
                 .digest_composed(d.entries.iter().map(|e| e.value.as_bytes()));
+            if charges_after {
+                let cost = crate::after::cost(d, request.hits_addend);
+                let j = crate::after::add(&mut after, i, (index, subject, cost), policy)?;
+                slots.push(Slot::After(j));
+                continue;
+            }
+            let cost = descriptor_cost(d, default_cost);
             // At most MAX_LIMITS members: a scan is cheaper than a map.
             let slot = match members
                 .iter()
@@ -298,9 +329,12 @@ impl Inner {
             };
             slots.push(Slot::Limit(slot));
         }
-        Ok((slots, members))
+        Ok((slots, members, after))
     }
 }
+
+/// Each descriptor's slot, the limits evaluated as one, and the limits charged after the work.
+type Matched = (Vec<Slot>, Vec<Member>, Vec<crate::after::After>);
 
 /// The descriptor's own `hits_addend` when set and not 0, else the request's.
 fn descriptor_cost(d: &RateLimitDescriptor, default_cost: u64) -> u64 {
@@ -429,6 +463,7 @@ fn answered(
     slots: &[Slot],
     policies: &[&RateLimitPolicy],
     decisions: &[Option<&RateLimitDecision>],
+    charged: &[(&RateLimitPolicy, RateLimitDecision)],
     allowed: bool,
 ) -> RateLimitResponse {
     let now = now_ms();
@@ -436,6 +471,16 @@ fn answered(
         .iter()
         .map(|s| match s {
             Slot::Unknown => status_only(false, Code::Ok),
+            Slot::After(j) => match charged.get(*j) {
+                Some((policy, decision)) => {
+                    let mut status = descriptor_status(policy, decision, now);
+                    if policy.shadow() {
+                        status.code = Code::Ok as i32;
+                    }
+                    status
+                }
+                None => status_only(false, Code::Unknown),
+            },
             Slot::Limit(i) => match (decisions.get(*i), policies.get(*i)) {
                 (Some(Some(decision)), Some(policy)) => {
                     let mut status = descriptor_status(policy, decision, now);

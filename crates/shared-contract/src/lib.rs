@@ -50,8 +50,8 @@ pub use policy::{
     PolicyErrors, PolicySpec, RateLimitPolicy,
 };
 pub use port::reservations::{
-    CancelOutcome, CancelRequest, Cancelled, ReserveOutcome, ReserveRequest, Reserved,
-    SettleOutcome, SettleRequest, Settled,
+    CancelOutcome, CancelRequest, Cancelled, ChargeLimit, ChargeOutcome, ChargeRequest,
+    ReserveOutcome, ReserveRequest, Reserved, SettleOutcome, SettleRequest, Settled,
 };
 pub use port::{
     EdgeRateLimitPort, PolicySet, PolicySetError, RateLimitRequest, Readiness, RequestError,

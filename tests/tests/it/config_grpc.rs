@@ -224,3 +224,51 @@ fn a_grpc_server_without_rate_limiting_is_refused() {
     let e = errors("[grpc]\nbind = \"127.0.0.1:8081\"\n");
     assert!(problem_at(&e, "grpc.bind").contains("rate_limit.enabled"));
 }
+
+#[test]
+fn a_rule_may_charge_after_the_work_on_a_policy_that_takes_reservations() {
+    let rule = |policy: &str, charge: &str| {
+        format!(
+            "[[rls.descriptors]]\ndomain = \"llm\"\nentries = [\"user\"]\npolicy = \"{policy}\"\ncharge = {charge}\n"
+        )
+    };
+    let s = ok(&with(&format!(
+        "[grpc]\nbind = \"127.0.0.1:8081\"\n{}",
+        rule("api", "\"after\"")
+    )));
+    let found = s
+        .rls
+        .find("llm", [("user", "u")].into_iter())
+        .expect("a rule");
+    assert!(found.charges_after());
+    let view = s.render();
+    assert!(view.contains("charge = \"after\""), "{view}");
+    let log =
+        "[rate_limit.policies.log]\nalgorithm = \"sliding_log\"\nlimit = 5\nwindow = \"1m\"\n";
+    let e = errors(&with(&format!(
+        "{log}[grpc]\nbind = \"127.0.0.1:8081\"\n{}{}",
+        rule("log", "\"after\""),
+        rule("api", "\"later\"").replace("\"user\"", "\"other\"")
+    )));
+    assert!(
+        problem_at(&e, "rls.descriptors[0].charge").contains("takes reservations"),
+        "{e}"
+    );
+    assert!(
+        problem_at(&e, "rls.descriptors[1].charge").contains("\"on_request\" or \"after\""),
+        "{e}"
+    );
+}
+
+#[test]
+fn a_rule_that_charges_after_needs_the_local_provider_so_far() {
+    let redis = BASE.replace("provider = \"local\"", "provider = \"redis\"")
+        + "[rate_limit.redis]\nurl = \"redis://127.0.0.1:6379/0\"\n";
+    let e = errors(&format!(
+        "{redis}[grpc]\nbind = \"127.0.0.1:8081\"\n[[rls.descriptors]]\ndomain = \"llm\"\nentries = [\"user\"]\npolicy = \"api\"\ncharge = \"after\"\n"
+    ));
+    assert!(
+        problem_at(&e, "rls.descriptors[0].charge").contains("local provider"),
+        "{e}"
+    );
+}

@@ -7,13 +7,14 @@ use edge_middleware::descriptors::{
     DescriptorError, DescriptorRule, DescriptorRules, EntryMatcher, UnknownDescriptor,
 };
 use figment::value::{Dict, Value};
-use shared_contract::PolicyId;
+use shared_contract::{AlgorithmKind, PolicyId};
 
 use super::policies;
 use super::reader::{
     Check, Key, Toml, array_of_tables, join, key, read_keys, render_section, show, toml_str,
 };
-use crate::settings::GrpcSettings;
+use crate::features::Feature;
+use crate::settings::{GrpcSettings, RateLimitSettings};
 
 pub(super) const P: &str = "grpc";
 pub(super) const RLS: &str = "rls";
@@ -56,7 +57,7 @@ const KEYS: &[Key<GrpcSettings>] = &[
     key!("max_message_bytes", max_message_bytes),
 ];
 
-const RULE_KEYS: &[&str] = &["domain", "entries", "policy"];
+const RULE_KEYS: &[&str] = &["domain", "entries", "policy", "charge"];
 
 /// `[grpc]`; `None` when it has problems (reported). `http_bind`: the HTTP listener's address,
 /// which the gRPC one may not share; `enabled`: whether rate limiting is on (a server without
@@ -103,6 +104,7 @@ pub(super) fn read_rules(
     let path = join(RLS, "descriptors");
     let rules = array_of_tables(c, &path, d.get("descriptors"), |c, at, d| {
         let rule = read_rule(c, at, d, policy_ids)?;
+        let rule = read_charge(c, at, d, rule, rate_limit)?;
         if rate_limit.concurrency_ids.contains(rule.policy()) {
             c.push(
                 join(at, "policy"),
@@ -126,6 +128,56 @@ pub(super) fn read_rules(
             None
         }
     }
+}
+
+/// `charge`: `"on_request"` (the default) or `"after"`, costs known after the work
+/// (Envoy's stream-done call): on a policy that takes reservations, with a provider that
+/// charges after the work (the local one so far).
+fn read_charge(
+    c: &mut Check,
+    path: &str,
+    d: &Dict,
+    rule: DescriptorRule,
+    rate_limit: &super::rate_limit::RateLimit,
+) -> Option<DescriptorRule> {
+    let at = join(path, "charge");
+    let after = match d.get("charge") {
+        None => false,
+        Some(Value::String(_, s)) if s == "on_request" => false,
+        Some(Value::String(_, s)) if s == "after" => true,
+        Some(v) => {
+            c.push(
+                at,
+                format!("must be \"on_request\" or \"after\", got {}", show(v)),
+            );
+            return None;
+        }
+    };
+    if !after {
+        return Some(rule);
+    }
+    if rate_limit.gate_provider == Some(Feature::Redis) {
+        c.push(
+            at,
+            "\"after\" needs the local provider so far: the redis provider does not charge after the work yet".to_owned(),
+        );
+        return None;
+    }
+    let kind = match &rate_limit.settings {
+        Some(RateLimitSettings::Enabled(e)) => e.policies.get(rule.policy()).map(|p| p.kind()),
+        _ => None,
+    };
+    if let Some(kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency)) = kind {
+        c.push(
+            at,
+            format!(
+                "\"after\" needs a policy that takes reservations; {} is a {kind} policy",
+                rule.policy()
+            ),
+        );
+        return None;
+    }
+    Some(rule.charging_after())
 }
 
 fn read_rule(
@@ -194,5 +246,13 @@ pub(super) fn render(o: &mut Toml, grpc: &GrpcSettings, rules: &DescriptorRules)
             .collect();
         o.raw("entries", format_args!("[{}]", entries.join(", ")));
         o.str("policy", r.policy().as_str());
+        o.str(
+            "charge",
+            if r.charges_after() {
+                "after"
+            } else {
+                "on_request"
+            },
+        );
     }
 }

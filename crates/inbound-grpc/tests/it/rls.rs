@@ -60,6 +60,7 @@ fn rules() -> DescriptorRules {
         rule(&["remote_address"], "ip"),
         rule(&["tenant"], "tenant"),
         rule(&["user"], "user"),
+        rule(&["llm_user"], "tokens").charging_after(),
     ])
     .expect("valid rules")
 }
@@ -71,6 +72,7 @@ fn policies(failure: FailurePolicy) -> PolicySet {
             ip,
             policy("tenant", 5, 3, failure),
             policy("user", 100, 100, failure),
+            policy("tokens", 1_000, 1_000, failure),
         ],
         PolicyId::new("ip").expect("valid id"),
     )
@@ -608,4 +610,65 @@ async fn a_replaced_configuration_answers_the_next_requests_on_the_same_connecti
     service.replace_with(&RlsService::new(limiter, only_ip, UnknownDescriptor::Deny));
     let after = ask(&mut c, tenant()).await.expect("answered");
     assert_eq!(after.overall_code, Code::OverLimit as i32, "{after:?}");
+}
+
+/// A descriptor of the rule that charges after the work, with its own `hits_addend`.
+fn tokens(user: &str, hits: Option<u64>) -> RateLimitDescriptor {
+    RateLimitDescriptor {
+        hits_addend: hits.map(|value| envoy_types::pb::google::protobuf::UInt64Value { value }),
+        ..descriptor(&[("llm_user", user)])
+    }
+}
+
+#[tokio::test]
+async fn a_rule_that_charges_after_checks_at_0_and_charges_the_stream_done_cost_past_the_limit() {
+    let server = local(UnknownDescriptor::Allow).await;
+    let mut c = client(&server).await;
+    let code_and_left = |r: &RateLimitResponse| (r.overall_code, r.statuses[0].limit_remaining);
+    let (ok, over) = (Code::Ok as i32, Code::OverLimit as i32);
+    // Request time: an explicit 0 is a check (a cost of 1 would leave 999); nothing charged.
+    let check = ask(&mut c, request(vec![tokens("t1", Some(0))], 0))
+        .await
+        .expect("answered");
+    assert_eq!(code_and_left(&check), (ok, 999));
+    // Stream done: the tokens the answer used, charged.
+    let done = ask(&mut c, request(vec![tokens("t1", Some(700))], 0))
+        .await
+        .expect("answered");
+    assert_eq!(code_and_left(&done), (ok, 300));
+    // More than what is left is charged anyway (the work is done): the budget is spent.
+    let done = ask(&mut c, request(vec![tokens("t1", Some(700))], 0))
+        .await
+        .expect("answered");
+    assert_eq!(code_and_left(&done), (ok, 0));
+    // The next request-time check is refused; without a descriptor addend, the request's 0
+    // is a check too, and the other limits of a refused request are not charged.
+    let check = ask(&mut c, request(vec![tokens("t1", Some(0))], 0))
+        .await
+        .expect("answered");
+    assert_eq!(check.overall_code, over);
+    let mixed = ask(
+        &mut c,
+        request(vec![descriptor(&[("user", "t1")]), tokens("t1", None)], 0),
+    )
+    .await
+    .expect("answered");
+    assert_eq!(mixed.overall_code, over);
+    assert_eq!(mixed.statuses[1].code, over);
+    let user = ask(&mut c, request(vec![descriptor(&[("user", "t1")])], 1))
+        .await
+        .expect("answered");
+    assert_eq!(
+        user.statuses[0].limit_remaining, 99,
+        "the refused request charged nothing"
+    );
+    // Another user's budget is its own; above max_cost is refused (and so lost).
+    let other = ask(&mut c, request(vec![tokens("t2", Some(0))], 0))
+        .await
+        .expect("answered");
+    assert_eq!(code_and_left(&other), (ok, 999));
+    let e = ask(&mut c, request(vec![tokens("t2", Some(1_001))], 0))
+        .await
+        .expect_err("above max_cost");
+    assert_eq!(e.code(), tonic::Code::InvalidArgument);
 }

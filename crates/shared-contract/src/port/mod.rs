@@ -14,7 +14,8 @@ pub mod reservations;
 
 use multi::{MultiOutcome, MultiRequest};
 use reservations::{
-    CancelOutcome, CancelRequest, ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest,
+    CancelOutcome, CancelRequest, ChargeOutcome, ChargeRequest, ReserveOutcome, ReserveRequest,
+    SettleOutcome, SettleRequest,
 };
 
 /// One request to evaluate against one policy.
@@ -112,6 +113,9 @@ pub enum RequestError {
         /// Its algorithm's configuration name.
         algorithm: &'static str,
     },
+    /// A charge after the work was asked of a provider that takes none.
+    #[error("this provider does not take charges after the work")]
+    ChargesUnsupported,
     /// A new reservation while the provider holds as many as it may.
     #[error("too many reservations are held ({held}); settle or cancel some, or retry later")]
     ReservationsFull {
@@ -204,6 +208,21 @@ pub trait EdgeRateLimitPort: Send + Sync + std::fmt::Debug {
     async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
         let _ = request;
         Err(RequestError::ReservationsUnsupported)
+    }
+
+    /// Checks (cost 0) and charges (cost above 0, past the limit if need be) after the work,
+    /// per limit: see [`ChargeRequest`]. Charges of one request are written together; a
+    /// clock unsafe for any of them writes none.
+    ///
+    /// # Errors
+    /// [`RequestError::UnknownPolicy`], [`RequestError::CostAboveMax`],
+    /// [`RequestError::ReservationUnsupported`] (a sliding log or concurrency policy),
+    /// [`RequestError::NoLimits`], [`RequestError::TooManyLimits`],
+    /// [`RequestError::DuplicateLimit`], or [`RequestError::ChargesUnsupported`] (the default);
+    /// nothing is charged.
+    async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        let _ = request;
+        Err(RequestError::ChargesUnsupported)
     }
 
     /// Whether the provider can evaluate now.
@@ -337,6 +356,57 @@ impl PolicySet {
                 }
             })
             .collect()
+    }
+
+    /// The policies of a charge's limits: known, taking reservations (not a sliding log or
+    /// concurrency policy), a cost within `max_cost`, 1..=`MAX_LIMITS` of them, no policy and
+    /// subject twice.
+    ///
+    /// # Errors
+    /// The [`RequestError`] naming the first bad limit.
+    pub fn admit_charge(
+        &self,
+        request: &ChargeRequest,
+    ) -> Result<Vec<&RateLimitPolicy>, RequestError> {
+        let limits = &request.limits;
+        if limits.is_empty() {
+            return Err(RequestError::NoLimits);
+        }
+        if limits.len() > multi::MAX_LIMITS {
+            return Err(RequestError::TooManyLimits {
+                got: limits.len(),
+                max: multi::MAX_LIMITS,
+            });
+        }
+        let mut policies = Vec::with_capacity(limits.len());
+        for (i, l) in limits.iter().enumerate() {
+            if limits[..i]
+                .iter()
+                .any(|e| e.policy_id == l.policy_id && e.subject == l.subject)
+            {
+                return Err(RequestError::DuplicateLimit {
+                    policy_id: l.policy_id.clone(),
+                });
+            }
+            let policy = self
+                .get(&l.policy_id)
+                .ok_or_else(|| RequestError::UnknownPolicy(l.policy_id.clone()))?;
+            if let kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) = policy.kind() {
+                return Err(RequestError::ReservationUnsupported {
+                    policy_id: l.policy_id.clone(),
+                    algorithm: kind.as_str(),
+                });
+            }
+            if l.cost > policy.max_cost().get() {
+                return Err(RequestError::CostAboveMax {
+                    policy_id: l.policy_id.clone(),
+                    cost: l.cost,
+                    max_cost: policy.max_cost().get(),
+                });
+            }
+            policies.push(policy);
+        }
+        Ok(policies)
     }
 
     pub(crate) fn admit_cost(

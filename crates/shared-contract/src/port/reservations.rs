@@ -6,7 +6,7 @@
 //! life refuses it with, nothing charged); the failures are those of an evaluation.
 
 use crate::decision::{Outcome, RateLimitDecision};
-use crate::ids::Deadline;
+use crate::ids::{Deadline, PolicyId, SubjectDigest};
 use crate::reservation::{ReservationError, ReservationId, ReservationTtl};
 
 use super::multi::{Limits, MultiDecision};
@@ -81,3 +81,31 @@ pub struct Cancelled {
 
 /// The honest result of a cancel.
 pub type CancelOutcome = Outcome<Result<Cancelled, ReservationError>>;
+
+/// One limit of a charge after the work: its policy, subject and cost.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeLimit {
+    /// The policy charged.
+    pub policy_id: PolicyId,
+    /// The subject charged.
+    pub subject: SubjectDigest,
+    /// `0`: a check (would a cost of 1 be admitted? nothing charged); above 0: the cost, charged
+    /// past the limit if need be (at most the policy's `max_cost`).
+    pub cost: u64,
+}
+
+/// Checks and charges after the work, for a caller that learns the cost only when the work
+/// is done and cannot hold a reservation in between (Envoy's stream-done call): see
+/// [`EdgeRateLimitPort::charge`](crate::EdgeRateLimitPort::charge).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ChargeRequest {
+    /// 1..=[`MAX_LIMITS`](crate::MAX_LIMITS) limits, no policy and subject twice.
+    pub limits: Vec<ChargeLimit>,
+    /// When the caller stops waiting.
+    pub deadline: Deadline,
+}
+
+/// The honest result of a charge: one decision per limit, in order. A check's decision is
+/// the evaluation of a cost of 1 (nothing written); a charge's says `allowed` (never denied)
+/// with the figures after it. `allowed` is whether every check admitted.
+pub type ChargeOutcome = Outcome<MultiDecision>;

@@ -1,0 +1,144 @@
+//! Checks and charges after the work on the local store
+//! ([`shared_contract::EdgeRateLimitPort::charge`]): a charge is
+//! [`shared_contract::model::reserve::charge`] (past the limit if need be, into an overdraft),
+//! all the charges of a request under their keys' locks together; a check is an evaluation of
+//! a cost of 1 that writes nothing.
+
+use shared_contract::model::reserve;
+use shared_contract::model::{self, Verdict};
+use shared_contract::{
+    ChargeOutcome, ChargeRequest, Cost, IncompatibleCategory, MultiDecision, Outcome,
+    RateLimitDecision, RateLimitPolicy, RequestError, UnavailableCategory,
+};
+
+use crate::LocalProvider;
+use crate::store::Key;
+
+impl LocalProvider {
+    /// Checks and charges now, without an executor (see
+    /// [`shared_contract::EdgeRateLimitPort::charge`]).
+    ///
+    /// # Errors
+    /// As [`shared_contract::PolicySet::admit_charge`]; nothing is charged.
+    pub fn charge_now(&self, request: &ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        let policies = self.policies.admit_charge(request)?;
+        let mut keys = Vec::with_capacity(policies.len());
+        for (l, p) in request.limits.iter().zip(&policies) {
+            // Every policy of the set got a slot at construction.
+            let slot = self
+                .slots
+                .get(p.id())
+                .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
+            keys.push((Key::new(slot.index, l.subject.as_bytes()), slot.lifetime_ms));
+        }
+        let charged: Vec<usize> = (0..policies.len())
+            .filter(|&i| request.limits[i].cost > 0)
+            .collect();
+        let mut decisions: Vec<Option<RateLimitDecision>> = vec![None; policies.len()];
+        if let Err(failure) = self.charge_all(request, &policies, &keys, &charged, &mut decisions) {
+            return Ok(failure);
+        }
+        for i in (0..policies.len()).filter(|i| !charged.contains(i)) {
+            let policy = policies[i];
+            let (key, lifetime) = keys[i];
+            let evaluated = self
+                .store
+                .update(key, &*self.clock, lifetime, |state, now| {
+                    (None, model::evaluate(policy, state, now, Cost::ONE))
+                });
+            match evaluated {
+                Ok(e) => match self.decided(policy, &e) {
+                    Some(d) => decisions[i] = Some(d),
+                    None => return Ok(clock_unsafe(policy, e.retry_after_ms)),
+                },
+                Err(_) => return Ok(incompatible(policy)),
+            }
+        }
+        let decisions: Vec<RateLimitDecision> = decisions.into_iter().flatten().collect();
+        Ok(Outcome::Evaluated(MultiDecision {
+            allowed: decisions.iter().all(|d| d.allowed),
+            decisions,
+            replayed: false,
+        }))
+    }
+
+    /// Charges the limits at `charged` together, filling their decisions; the outcome refusing
+    /// them all when one cannot be charged.
+    fn charge_all(
+        &self,
+        request: &ChargeRequest,
+        policies: &[&RateLimitPolicy],
+        keys: &[(Key, u64)],
+        charged: &[usize],
+        decisions: &mut [Option<RateLimitDecision>],
+    ) -> Result<(), ChargeOutcome> {
+        if charged.is_empty() {
+            return Ok(());
+        }
+        let their_keys: Vec<(Key, u64)> = charged.iter().map(|&i| keys[i]).collect();
+        let result = self
+            .store
+            .update_many(&their_keys, &*self.clock, |states, now| {
+                let mut settlements = Vec::with_capacity(charged.len());
+                for (&i, state) in charged.iter().zip(states) {
+                    let cost = request.limits[i].cost;
+                    match reserve::charge(policies[i], *state, now, cost) {
+                        Ok(s) => settlements.push(s),
+                        Err(_) => return (None, Err(i)),
+                    }
+                }
+                let unsafe_clock = settlements
+                    .iter()
+                    .any(|s| s.evaluation.verdict == Verdict::ClockUnsafe);
+                let writes = (!unsafe_clock).then(|| {
+                    settlements
+                        .iter_mut()
+                        .zip(charged)
+                        .filter_map(|(s, &i)| {
+                            // An overdraft may outlive the policy's usual horizon.
+                            let regression = policies[i].max_clock_regression_ms();
+                            let lifetime = s.evaluation.ttl_ms.saturating_add(regression);
+                            s.evaluation.new_state.take().map(|state| (state, lifetime))
+                        })
+                        .collect()
+                });
+                (writes, Ok(settlements))
+            });
+        let settlements = result.map_err(|i| incompatible(policies[i]))?;
+        for (s, &i) in settlements.iter().zip(charged) {
+            match self.decided(policies[i], &s.evaluation) {
+                Some(d) => decisions[i] = Some(d),
+                None => return Err(clock_unsafe(policies[i], s.evaluation.retry_after_ms)),
+            }
+        }
+        Ok(())
+    }
+
+    /// The decision of `evaluation` as this provider reports it; `None` for an unsafe clock.
+    fn decided(
+        &self,
+        policy: &RateLimitPolicy,
+        evaluation: &model::Evaluation<model::AlgorithmState>,
+    ) -> Option<RateLimitDecision> {
+        let mut d = evaluation.decision(policy, self.source)?;
+        if let Some(certainty) = self.certainty {
+            d.certainty = certainty;
+        }
+        Some(d)
+    }
+}
+
+fn clock_unsafe(policy: &RateLimitPolicy, retry_after_ms: u64) -> ChargeOutcome {
+    Outcome::Unavailable {
+        policy_id: policy.id().clone(),
+        retry_after_ms,
+        category: UnavailableCategory::Clock,
+    }
+}
+
+fn incompatible(policy: &RateLimitPolicy) -> ChargeOutcome {
+    Outcome::Incompatible {
+        policy_id: policy.id().clone(),
+        category: IncompatibleCategory::State,
+    }
+}
