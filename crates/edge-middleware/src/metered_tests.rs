@@ -254,3 +254,70 @@ async fn a_denied_reservation_never_reaches_the_upstream() {
     drop(held);
     assert_eq!(s.port.settles.lock().expect("lock").len(), 2);
 }
+
+/// Serves `svc` on a loopback port; the address.
+async fn serve(svc: Metered<axum::Router>) -> std::net::SocketAddr {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind loopback");
+    let addr = listener.local_addr().expect("an address");
+    let app = axum::Router::new().fallback_service(svc);
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    addr
+}
+
+/// Sends a request over a real connection and reads `bytes` of the answer (all of it when
+/// `None`), then closes the connection.
+async fn over_tcp(addr: std::net::SocketAddr, bytes: Option<usize>) -> String {
+    tokio::task::spawn_blocking(move || {
+        use std::io::{Read as _, Write as _};
+        let mut s = std::net::TcpStream::connect(addr).expect("connect");
+        s.set_read_timeout(Some(Duration::from_secs(5)))
+            .expect("timeout");
+        let request = "POST /llm HTTP/1.1\r\nhost: x\r\nx-team: team-1\r\nx-max-tokens: 200\r\n\
+                       content-length: 0\r\nconnection: close\r\n\r\n";
+        s.write_all(request.as_bytes()).expect("send");
+        let mut got = Vec::new();
+        let mut buf = [0u8; 1024];
+        while bytes.is_none_or(|n| got.len() < n) {
+            match s.read(&mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => got.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&got).into_owned()
+    })
+    .await
+    .expect("no panic")
+}
+
+/// The settlements recorded within a few seconds, once there are `n`.
+async fn settled(s: &Setup, n: usize) -> Vec<Vec<u64>> {
+    for _ in 0..500 {
+        let got = s.port.settles.lock().expect("lock").clone();
+        if got.len() >= n {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    s.port.settles.lock().expect("lock").clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn over_http_a_streamed_answer_settles_its_trailer_once_and_a_client_gone_its_estimate() {
+    let (s, svc) = setup(|| streamed(false));
+    let answer = over_tcp(serve(svc).await, None).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert_eq!(settled(&s, 1).await, vec![vec![37]]);
+    // A client that reads the start of a stream that never ends, then goes away.
+    let (s, svc) = setup(|| streamed(true));
+    let start = over_tcp(serve(svc).await, Some(20)).await;
+    assert!(start.starts_with("HTTP/1.1 200"), "{start}");
+    assert_eq!(
+        settled(&s, 1).await,
+        vec![vec![200]],
+        "settled once, at the estimate"
+    );
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(s.port.settles.lock().expect("lock").len(), 1);
+}
