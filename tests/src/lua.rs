@@ -22,14 +22,20 @@ pub const SCHEMA_VERSION: u8 = 1;
 /// Bit 7 of the tag byte: the compact layout.
 pub const COMPACT: u8 = 0x80;
 
-/// The two layouts of a state value (see the State section of each program's header).
+/// The layouts of a state value (see the State section of each program's header).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Layout {
     /// Narrow fields; the writer's choice whenever the values fit.
     Compact,
     /// Fields wide enough for every valid state.
     Wide,
+    /// The wide fields and an overdraft (a settlement above its estimate), schema 2; not for
+    /// a sliding log.
+    Overdraft,
 }
+
+/// Schema version of the overdraft layout (bits 4-6 of the tag byte).
+pub const OVERDRAFT_SCHEMA: u8 = 2;
 
 /// One program of `lua/`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -103,6 +109,7 @@ impl Program {
         match layout {
             Layout::Compact => COMPACT | wide,
             Layout::Wide => wide,
+            Layout::Overdraft => (OVERDRAFT_SCHEMA << 4) | self.algorithm_code(),
         }
     }
 
@@ -110,6 +117,9 @@ impl Program {
     /// entry's (age, cost), repeated.
     pub fn widths(self, layout: Layout) -> (usize, &'static [usize]) {
         match (self, layout) {
+            (Program::SlidingCounter, Layout::Overdraft) => (4, &[5, 5, 7]),
+            (Program::SlidingLog, Layout::Overdraft) => (4, &[5, 2]),
+            (_, Layout::Overdraft) => (4, &[7, 7]),
             (Program::SlidingCounter, Layout::Compact) => (1, &[2, 2]),
             (Program::SlidingCounter, Layout::Wide) => (4, &[5, 5]),
             (Program::SlidingLog, Layout::Compact) => (1, &[3, 1]),
@@ -394,8 +404,17 @@ fn last_ms_of(state: &AlgorithmState) -> u64 {
     }
 }
 
-/// The field values of `state` after the revision, in stored order.
-fn fields(state: &AlgorithmState) -> Result<Vec<u64>, StateError> {
+/// The field values of `state` after the revision, in stored order, in `layout`.
+fn fields(state: &AlgorithmState, layout: Layout) -> Result<Vec<u64>, StateError> {
+    if layout == Layout::Overdraft {
+        return Ok(match state {
+            AlgorithmState::FixedWindow(s) => vec![s.count, s.overdraft],
+            AlgorithmState::SlidingWindow(s) => vec![s.previous, s.current, s.overdraft],
+            AlgorithmState::TokenBucket(s) => vec![s.tokens, s.overdraft],
+            AlgorithmState::Gcra(s) => vec![s.debt, s.overdraft],
+            _ => return Err(StateError::DoesNotFit(layout)),
+        });
+    }
     Ok(match state {
         AlgorithmState::FixedWindow(s) if s.overdraft == 0 => vec![s.count],
         AlgorithmState::SlidingWindow(s) if s.overdraft == 0 => vec![s.previous, s.current],
@@ -439,7 +458,7 @@ pub fn encode_state_as(
 ) -> Result<Vec<u8>, StateError> {
     let program = program_of(state);
     let (rev_width, widths) = program.widths(layout);
-    let values = fields(state)?;
+    let values = fields(state, layout)?;
     let last_ms = last_ms_of(state);
     let mut out = vec![program.tag(layout)];
     let mut put = |value: u64, width: usize| {
@@ -464,6 +483,7 @@ pub fn encode_state_as(
 pub fn encode_state(revision: u32, state: &AlgorithmState) -> Result<Vec<u8>, StateError> {
     encode_state_as(Layout::Compact, revision, state)
         .or_else(|_| encode_state_as(Layout::Wide, revision, state))
+        .or_else(|_| encode_state_as(Layout::Overdraft, revision, state))
 }
 
 /// The layout of a stored value, by its tag byte.
@@ -471,6 +491,8 @@ pub fn layout_of(b: &[u8]) -> Option<Layout> {
     b.first().map(|t| {
         if t & COMPACT != 0 {
             Layout::Compact
+        } else if (t >> 4) & 7 == OVERDRAFT_SCHEMA {
+            Layout::Overdraft
         } else {
             Layout::Wide
         }
@@ -515,27 +537,35 @@ pub fn decode_state(b: &[u8]) -> Result<(u32, AlgorithmState), StateError> {
             at += w;
         }
     }
+    // The overdraft layout's last field.
+    let overdraft = |at: usize| {
+        if layout == Layout::Overdraft {
+            values[at]
+        } else {
+            0
+        }
+    };
     let state = match program {
         Program::FixedWindow => AlgorithmState::FixedWindow(FixedWindowState {
             last_ms,
             count: values[0],
-            overdraft: 0,
+            overdraft: overdraft(1),
         }),
         Program::SlidingCounter => AlgorithmState::SlidingWindow(SlidingWindowState {
             last_ms,
             previous: values[0],
             current: values[1],
-            overdraft: 0,
+            overdraft: overdraft(2),
         }),
         Program::TokenBucket => AlgorithmState::TokenBucket(TokenBucketState {
             last_ms,
             tokens: values[0],
-            overdraft: 0,
+            overdraft: overdraft(1),
         }),
         Program::Gcra => AlgorithmState::Gcra(GcraState {
             last_ms,
             debt: values[0],
-            overdraft: 0,
+            overdraft: overdraft(1),
         }),
         Program::SlidingLog => AlgorithmState::SlidingLog(SlidingLogState {
             last_ms,

@@ -65,6 +65,7 @@ local function member_1(A, now, RAW)
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
+    local over = 0
     if n == 12 then
       tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
       if tag ~= 0x91 then
@@ -75,10 +76,16 @@ local function member_1(A, now, RAW)
       if tag ~= 0x11 then
         n = nil
       end
+    elseif n == 25 then
+      tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+      if tag ~= 0x21 or (over > 0 and stored ~= limit) or over > 9007199254740991 - limit then
+        n = nil
+      end
     else
       n = nil
     end
-    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check. An overdraft leaves
+    -- the count at the limit: nothing more is admitted in its window.
     if not n or rev ~= revision or stored > limit then
       return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
     end
@@ -144,6 +151,12 @@ local function member_2(A, now, RAW)
     elseif n == 21 then
       tag, last, rev, s_previous, s_current = struct.unpack('<BI6I4I5I5', raw)
       if tag ~= 0x12 then
+        n = nil
+      end
+    elseif n == 28 then
+      local over
+      tag, last, rev, s_previous, s_current, over = struct.unpack('<BI6I4I5I5I7', raw)
+      if tag ~= 0x22 or (over > 0 and s_current ~= limit) or over > 9007199254740991 - limit then
         n = nil
       end
     else
@@ -286,6 +299,7 @@ local function member_3(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, stored
+  local over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
@@ -297,6 +311,17 @@ local function member_3(A, now, RAW)
     elseif n == 18 then
       tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
       if tag ~= 0x13 then
+        n = nil
+      end
+    elseif n == 25 then
+      tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+      -- The most a bucket may owe: what refilling takes 2^40-1 ms to pay (a product beyond
+      -- 2^53 is inexact but still above 2^53-1, then capped).
+      local most = rate * 1099511627775
+      if most > 9007199254740991 then
+        most = 9007199254740991
+      end
+      if tag ~= 0x23 or (over > 0 and stored ~= 0) or over > most - capacity_units then
         n = nil
       end
     else
@@ -317,27 +342,34 @@ local function member_3(A, now, RAW)
     eff = last
   end
 
-  local tokens = capacity_units
+  -- Units missing from a full bucket, the overdraft included.
+  local missing = 0
   if last then
-    local missing = capacity_units - stored
+    missing = capacity_units - stored + over
     local elapsed = eff - last
     -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
     local m = floor(missing / rate)
     if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
-      tokens = stored + elapsed * rate
+      missing = missing - elapsed * rate
+    else
+      missing = 0
     end
+  end
+  local tokens = 0
+  if missing < capacity_units then
+    tokens = capacity_units - missing
   end
 
   local need = cost * scale
   if need > tokens then
-    local short = need - tokens
+    -- In overdraft, what is owed beyond an empty bucket comes first.
+    local short = need - tokens + (missing > capacity_units and missing - capacity_units or 0)
     local retry = floor(short / rate)
     if short - retry * rate ~= 0 then
       retry = retry + 1
     end
-    local gap = capacity_units - tokens
-    local to_full = floor(gap / rate)
-    if gap - to_full * rate ~= 0 then
+    local to_full = floor(missing / rate)
+    if missing - to_full * rate ~= 0 then
       to_full = to_full + 1
     end
     return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }
@@ -386,6 +418,7 @@ local function member_4(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, stored
+  local over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
@@ -397,6 +430,17 @@ local function member_4(A, now, RAW)
     elseif n == 18 then
       tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
       if tag ~= 0x14 then
+        n = nil
+      end
+    elseif n == 25 then
+      tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+      -- The most a policy may owe: what takes 2^40-1 ms to repay (a product beyond 2^53 is
+      -- inexact but still above 2^53-1, then capped).
+      local most = rate * 1099511627775
+      if most > 9007199254740991 then
+        most = 9007199254740991
+      end
+      if tag ~= 0x24 or (over > 0 and stored ~= tolerance) or over > most - tolerance then
         n = nil
       end
     else
@@ -419,18 +463,21 @@ local function member_4(A, now, RAW)
 
   local debt = 0
   if last then
-    -- Paid off once elapsed * rate >= debt; the product is formed only when it is smaller.
+    -- Paid off once elapsed * rate >= debt (the overdraft included); the product is formed
+    -- only when it is smaller.
+    local total = stored + over
     local elapsed = eff - last
-    local paid = floor(stored / rate)
-    if stored - paid * rate ~= 0 then
+    local paid = floor(total / rate)
+    if total - paid * rate ~= 0 then
       paid = paid + 1
     end
     if elapsed < paid then
-      debt = stored - elapsed * rate
+      debt = total - elapsed * rate
     end
   end
 
   local need = cost * interval
+  -- Negative in overdraft: then nothing is admissible.
   local credit = tolerance - debt
   if need > credit then
     local short = need - credit
@@ -442,7 +489,11 @@ local function member_4(A, now, RAW)
     if debt - to_reset * rate ~= 0 then
       to_reset = to_reset + 1
     end
-    return { 'DENIED', now, eff, burst, floor(credit / interval), retry, eff + to_reset }
+    local left = 0
+    if credit > 0 then
+      left = floor(credit / interval)
+    end
+    return { 'DENIED', now, eff, burst, left, retry, eff + to_reset }
   end
 
   debt = debt + need

@@ -32,6 +32,8 @@
 -- two layouts; the writer picks the compact one whenever the values fit it:
 --   compact, 12 bytes: tag 0x91 (1), last_ms (6), revision (1, < 2^8),  count (4, < 2^32)
 --   wide,    18 bytes: tag 0x11 (1), last_ms (6), revision (4),         count (7)
+--   in overdraft, 25 bytes (written by a settlement only): tag 0x21 (1), last_ms (6),
+--                      revision (4), count (7, the limit), overdraft (7, <= 2^53-1 - limit)
 --   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
 --   algorithm (1, fixed window). last_ms is the time of the last allow; count is the cost
 --   consumed in the window of last_ms (0..=limit). 12 bytes is the largest value Redis
@@ -63,6 +65,7 @@ local last, stored
 if raw then
   local n = type(raw) == 'string' and #raw
   local tag, rev
+  local over = 0
   if n == 12 then
     tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
     if tag ~= 0x91 then
@@ -73,10 +76,16 @@ if raw then
     if tag ~= 0x11 then
       n = nil
     end
+  elseif n == 25 then
+    tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+    if tag ~= 0x21 or (over > 0 and stored ~= limit) or over > 9007199254740991 - limit then
+      n = nil
+    end
   else
     n = nil
   end
-  -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
+  -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check. An overdraft leaves
+  -- the count at the limit: nothing more is admitted in its window.
   if not n or rev ~= revision or stored > limit then
     return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
   end

@@ -34,6 +34,9 @@
 -- two layouts; the writer picks the compact one whenever the values fit it:
 --   compact, 12 bytes: tag 0x94 (1), last_ms (6), revision (1, < 2^8),  debt (4, < 2^32)
 --   wide,    18 bytes: tag 0x14 (1), last_ms (6), revision (4),         debt (7)
+--   in overdraft, 25 bytes (written by a settlement only): tag 0x24 (1), last_ms (6),
+--                      revision (4), debt (7, the tolerance), overdraft (7: debt beyond it,
+--                      repaid with the rest)
 --   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
 --   algorithm (4, GCRA). last_ms is the time of the last allow; debt = TAT - last_ms in
 --   time units (0..=burst * interval_units). 12 bytes is the largest value Redis keeps in
@@ -73,6 +76,7 @@ end
 -- A wrong key type comes back as an error table, never raised.
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
+local over = 0
 if raw then
   local n = type(raw) == 'string' and #raw
   local tag, rev
@@ -84,6 +88,17 @@ if raw then
   elseif n == 18 then
     tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
     if tag ~= 0x14 then
+      n = nil
+    end
+  elseif n == 25 then
+    tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+    -- The most a policy may owe: what takes 2^40-1 ms to repay (a product beyond 2^53 is
+    -- inexact but still above 2^53-1, then capped).
+    local most = rate * 1099511627775
+    if most > 9007199254740991 then
+      most = 9007199254740991
+    end
+    if tag ~= 0x24 or (over > 0 and stored ~= tolerance) or over > most - tolerance then
       n = nil
     end
   else
@@ -106,18 +121,21 @@ end
 
 local debt = 0
 if last then
-  -- Paid off once elapsed * rate >= debt; the product is formed only when it is smaller.
+  -- Paid off once elapsed * rate >= debt (the overdraft included); the product is formed
+  -- only when it is smaller.
+  local total = stored + over
   local elapsed = eff - last
-  local paid = floor(stored / rate)
-  if stored - paid * rate ~= 0 then
+  local paid = floor(total / rate)
+  if total - paid * rate ~= 0 then
     paid = paid + 1
   end
   if elapsed < paid then
-    debt = stored - elapsed * rate
+    debt = total - elapsed * rate
   end
 end
 
 local need = cost * interval
+-- Negative in overdraft: then nothing is admissible.
 local credit = tolerance - debt
 if need > credit then
   local short = need - credit
@@ -129,7 +147,11 @@ if need > credit then
   if debt - to_reset * rate ~= 0 then
     to_reset = to_reset + 1
   end
-  return { 'DENIED', now, eff, burst, floor(credit / interval), retry, eff + to_reset }
+  local left = 0
+  if credit > 0 then
+    left = floor(credit / interval)
+  end
+  return { 'DENIED', now, eff, burst, left, retry, eff + to_reset }
 end
 
 debt = debt + need

@@ -34,6 +34,9 @@
 --   compact, 12 bytes: tag 0x92 (1), last_ms (6), revision (1, < 2^8),
 --                      previous (2, < 2^16), current (2, < 2^16)
 --   wide,    21 bytes: tag 0x12 (1), last_ms (6), revision (4), previous (5), current (5)
+--   in overdraft, 28 bytes (written by a settlement only): tag 0x22 (1), last_ms (6),
+--                      revision (4), previous (5), current (5, the limit), overdraft (7);
+--                      the overdraft counts in its own window only
 --   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
 --   algorithm (2, sliding window counter). last_ms is the time of the last allow; previous
 --   counts the window before that of last_ms, current the window of last_ms (each
@@ -75,6 +78,12 @@ if raw then
   elseif n == 21 then
     tag, last, rev, s_previous, s_current = struct.unpack('<BI6I4I5I5', raw)
     if tag ~= 0x12 then
+      n = nil
+    end
+  elseif n == 28 then
+    local over
+    tag, last, rev, s_previous, s_current, over = struct.unpack('<BI6I4I5I5I7', raw)
+    if tag ~= 0x22 or (over > 0 and s_current ~= limit) or over > 9007199254740991 - limit then
       n = nil
     end
   else

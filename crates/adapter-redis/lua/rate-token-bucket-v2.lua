@@ -33,6 +33,9 @@
 -- two layouts; the writer picks the compact one whenever the values fit it:
 --   compact, 12 bytes: tag 0x93 (1), last_ms (6), revision (1, < 2^8),  tokens (4, < 2^32)
 --   wide,    18 bytes: tag 0x13 (1), last_ms (6), revision (4),         tokens (7)
+--   in overdraft, 25 bytes (written by a settlement only): tag 0x23 (1), last_ms (6),
+--                      revision (4), tokens (7, 0), overdraft (7: units owed beyond an
+--                      empty bucket, paid first by the refill)
 --   tag: bit 7 set for the compact layout, bits 4-6 the schema version (1), bits 0-3 the
 --   algorithm (3, token bucket). last_ms is the time of the last allow; tokens are counted
 --   at last_ms in units of 1/scale token (0..=capacity * scale). 12 bytes is the largest
@@ -72,6 +75,7 @@ end
 -- A wrong key type comes back as an error table, never raised.
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
+local over = 0
 if raw then
   local n = type(raw) == 'string' and #raw
   local tag, rev
@@ -83,6 +87,17 @@ if raw then
   elseif n == 18 then
     tag, last, rev, stored = struct.unpack('<BI6I4I7', raw)
     if tag ~= 0x13 then
+      n = nil
+    end
+  elseif n == 25 then
+    tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+    -- The most a bucket may owe: what refilling takes 2^40-1 ms to pay (a product beyond
+    -- 2^53 is inexact but still above 2^53-1, then capped).
+    local most = rate * 1099511627775
+    if most > 9007199254740991 then
+      most = 9007199254740991
+    end
+    if tag ~= 0x23 or (over > 0 and stored ~= 0) or over > most - capacity_units then
       n = nil
     end
   else
@@ -103,27 +118,34 @@ if last and now < last then
   eff = last
 end
 
-local tokens = capacity_units
+-- Units missing from a full bucket, the overdraft included.
+local missing = 0
 if last then
-  local missing = capacity_units - stored
+  missing = capacity_units - stored + over
   local elapsed = eff - last
   -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
   local m = floor(missing / rate)
   if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
-    tokens = stored + elapsed * rate
+    missing = missing - elapsed * rate
+  else
+    missing = 0
   end
+end
+local tokens = 0
+if missing < capacity_units then
+  tokens = capacity_units - missing
 end
 
 local need = cost * scale
 if need > tokens then
-  local short = need - tokens
+  -- In overdraft, what is owed beyond an empty bucket comes first.
+  local short = need - tokens + (missing > capacity_units and missing - capacity_units or 0)
   local retry = floor(short / rate)
   if short - retry * rate ~= 0 then
     retry = retry + 1
   end
-  local gap = capacity_units - tokens
-  local to_full = floor(gap / rate)
-  if gap - to_full * rate ~= 0 then
+  local to_full = floor(missing / rate)
+  if missing - to_full * rate ~= 0 then
     to_full = to_full + 1
   end
   return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }

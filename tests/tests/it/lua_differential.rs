@@ -251,28 +251,71 @@ fn planted_state(p: &Plant, start: u64, policy: &RateLimitPolicy) -> Option<Algo
         return None;
     }
     let last_ms = start.saturating_add_signed(*offset).min(MAX_TIME_MS);
+    // An overdraft (a settlement's state) one time in three, up to just past its bound; the
+    // field it needs at its bound (count at the limit, tokens 0) half of those times, so the
+    // rest are states no model writes.
+    let over = |bound: u64| {
+        if b.0 % 3 == 0 {
+            field((b.0 / 3, b.1), bound)
+        } else {
+            0
+        }
+    };
+    let most = |units_per_ms: u64| units_per_ms.saturating_mul(MAX_DURATION_MS).min(MAX_SAFE);
+    let pinned = |overdraft: u64, at: u64, otherwise: u64| {
+        if overdraft > 0 && b.1 % 2 == 0 {
+            at
+        } else {
+            otherwise
+        }
+    };
     Some(match policy.algorithm() {
-        Algorithm::FixedWindow(q) => AlgorithmState::FixedWindow(FixedWindowState {
-            last_ms,
-            count: field(*a, q.limit()),
-            overdraft: 0,
-        }),
-        Algorithm::SlidingWindow(q) => AlgorithmState::SlidingWindow(SlidingWindowState {
-            last_ms,
-            previous: field(*a, q.limit()),
-            current: field(*b, q.limit()),
-            overdraft: 0,
-        }),
-        Algorithm::TokenBucket(q) => AlgorithmState::TokenBucket(TokenBucketState {
-            last_ms,
-            tokens: field(*a, q.capacity_units()),
-            overdraft: 0,
-        }),
-        Algorithm::Gcra(q) => AlgorithmState::Gcra(GcraState {
-            last_ms,
-            debt: field(*a, q.tolerance_units()),
-            overdraft: 0,
-        }),
+        Algorithm::FixedWindow(q) => {
+            let overdraft = over(MAX_SAFE - q.limit());
+            AlgorithmState::FixedWindow(FixedWindowState {
+                last_ms,
+                count: pinned(overdraft, q.limit(), field(*a, q.limit())),
+                overdraft,
+            })
+        }
+        Algorithm::SlidingWindow(q) => {
+            // `b` is the current count here: the overdraft comes from the first entry.
+            let overdraft = match entries.first() {
+                Some(&(raw, sel)) if sel % 3 == 0 => raw % (MAX_SAFE - q.limit() + 2),
+                _ => 0,
+            };
+            let current = field(*b, q.limit());
+            AlgorithmState::SlidingWindow(SlidingWindowState {
+                last_ms,
+                previous: field(*a, q.limit()),
+                current: if overdraft > 0 && a.1 % 2 == 0 {
+                    q.limit()
+                } else {
+                    current
+                },
+                overdraft,
+            })
+        }
+        Algorithm::TokenBucket(q) => {
+            let overdraft = over(most(q.units_per_ms()) - q.capacity_units());
+            AlgorithmState::TokenBucket(TokenBucketState {
+                last_ms,
+                tokens: pinned(overdraft, 0, field(*a, q.capacity_units())),
+                overdraft,
+            })
+        }
+        Algorithm::Gcra(q) => {
+            let overdraft = over(most(q.units_per_ms()) - q.tolerance_units());
+            AlgorithmState::Gcra(GcraState {
+                last_ms,
+                debt: pinned(
+                    overdraft,
+                    q.tolerance_units(),
+                    field(*a, q.tolerance_units()),
+                ),
+                overdraft,
+            })
+        }
         Algorithm::SlidingLog(q) => {
             // Newest first: ages grow by each step (a step of 0 repeats a time: malformed).
             let w = q.window_ms();
@@ -362,6 +405,7 @@ fn plant_at(
     };
     let Ok(bytes) = encode_state_as(layout, revision, &state)
         .or_else(|_| encode_state_as(Layout::Wide, revision, &state))
+        .or_else(|_| encode_state_as(Layout::Overdraft, revision, &state))
     else {
         return Ok((None, None));
     };
@@ -394,6 +438,7 @@ fn run_case(
     let planted = state.as_ref().and_then(|s| {
         encode_state_as(layout, revision, s)
             .or_else(|_| encode_state_as(Layout::Wide, revision, s))
+            .or_else(|_| encode_state_as(Layout::Overdraft, revision, s))
             .ok()
     });
     if planted.is_none() {
