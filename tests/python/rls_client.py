@@ -6,7 +6,8 @@ generate itself.
     rls_client.py --check-modules          exit 0 when grpcio and xds-protos import, 3 if not
     rls_client.py ADDR REQUESTS_JSON       send each request in order on one channel
 
-REQUESTS_JSON is a list of {"domain": str, "hits": int, "descriptors": [[[key, value], ...], ...]}.
+REQUESTS_JSON is a list of {"domain": str, "hits": int, "descriptors": [[[key, value], ...], ...],
+"descriptor_hits": [int | null, ...] (optional: each descriptor's own hits_addend)}.
 Prints one JSON list, one object per request: {"overall_code", "statuses": [{"code",
 "limit": {"name", "requests_per_unit", "unit"} | null, "remaining", "reset_ms"}], "headers":
 {key: value}}, or {"error": STATUS_CODE_NAME, "message": str} for a gRPC error status.
@@ -37,6 +38,10 @@ def ask(stub, rls_pb2, request):
         )
         for entries in request["descriptors"]
     ]
+    # A descriptor's own hits_addend, as Envoy sends it (an explicit 0 included).
+    for d, hits in zip(descriptors, request.get("descriptor_hits", [])):
+        if hits is not None:
+            d.hits_addend.value = hits
     message = rls_pb2.RateLimitRequest(
         domain=request["domain"], descriptors=descriptors, hits_addend=request.get("hits", 0)
     )

@@ -173,3 +173,33 @@ fn envoy_python_client_sees_the_failure_policy_when_redis_is_down() {
     let through = ask(&open.grpc_addr(), &one);
     assert_eq!(through[0]["overall_code"], "OK", "fail_open: {through:?}");
 }
+
+#[test]
+fn envoy_python_client_checks_at_0_and_charges_the_stream_done_tokens() {
+    if !python_ready() {
+        return;
+    }
+    let config = format!(
+        "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"api\"\n{POLICIES}\n\
+         [rate_limit.policies.tokens]\nalgorithm = \"fixed_window\"\nlimit = 1000\nwindow = \"1h\"\n\
+         max_cost = 1000\n\n[[rls.descriptors]]\ndomain = \"llm\"\nentries = [\"user\"]\n\
+         policy = \"tokens\"\ncharge = \"after\"\n"
+    );
+    let app = App::start(&config, &[]);
+    // As Envoy Gateway generates them: at request time the descriptor with hits_addend 0,
+    // at stream end the same descriptor with the tokens the answer used.
+    let call = |hits: u64| json!({ "domain": "llm", "hits": 0, "descriptors": [[["user", "u1"]]], "descriptor_hits": [hits] });
+    let answers = ask(
+        &app.grpc_addr(),
+        &json!([call(0), call(600), call(600), call(0)]),
+    );
+    let [check, done, past, refused] = &answers[..] else {
+        panic!("four answers: {answers:?}");
+    };
+    assert_eq!(check["overall_code"], "OK", "{check}");
+    assert_eq!(check["statuses"][0]["remaining"], 999, "{check}");
+    assert_eq!(done["statuses"][0]["remaining"], 400, "{done}");
+    assert_eq!(past["overall_code"], "OK", "charged past the limit: {past}");
+    assert_eq!(past["statuses"][0]["remaining"], 0, "{past}");
+    assert_eq!(refused["overall_code"], "OVER_LIMIT", "{refused}");
+}
