@@ -1,10 +1,44 @@
-# Sourced by grpc-cpu.sh and deny-cache-edges.sh (not run): one gRPC ShouldRateLimit call sent
-# by h2load (an efficient HTTP/2 client), and the app's CPU time. Expects TMP and APID.
+# Sourced by the gRPC benchmarks (not run): the app's configuration, one gRPC ShouldRateLimit
+# call sent by h2load (an efficient HTTP/2 client), and the app's CPU time. Expects TMP and APID.
+#   bench_app_config HPORT GPORT [WORKERS_LINE]
+#                          prints the app's TOML: HTTP and gRPC on loopback, the local
+#                          provider, one token bucket too large to deny, the rule of domain
+#                          "bench" and entry "key"
+#                          (WORKERS_LINE, e.g. "worker_threads = 1", goes under [http])
 #   rls_call VALUE         writes $TMP/call.bin: a gRPC-framed RateLimitRequest {domain:
 #                          "bench", descriptors: [{entries: [{key: "key", value: VALUE}]}],
 #                          hits_addend: 1}, protobuf written out by hand
 #   rls_h2load PORT ARGS   sends it over 2 connections x 32 streams (ARGS: -n N, ...)
 #   app_cpu                utime + stime of $APID, in clock ticks (getconf CLK_TCK per second)
+bench_app_config() {
+  cat <<TOML
+[http]
+bind = "127.0.0.1:$1"
+${3:-}
+
+[grpc]
+bind = "127.0.0.1:$2"
+
+[reload]
+watch = false
+
+[rate_limit]
+enabled = true
+provider = "local"
+default_policy = "api"
+
+[rate_limit.policies.api]
+algorithm = "token_bucket"
+capacity = 1000000000
+refill_amount = 1000000000
+refill_interval = "1s"
+
+[[rls.descriptors]]
+domain = "bench"
+entries = ["key"]
+policy = "api"
+TOML
+}
 rls_call() {
   python3 - "$TMP/call.bin" "$1" <<'PY'
 import sys

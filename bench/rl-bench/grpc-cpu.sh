@@ -16,33 +16,8 @@ PORT=${PORT:-18197}
 HPORT=${HPORT:-18198}
 TMP=$(mktemp -d)
 trap 'kill $APID 2>/dev/null || true; rm -rf "$TMP"' EXIT
-cat > "$TMP/app.toml" <<TOML
-[http]
-bind = "127.0.0.1:$HPORT"
-
-[grpc]
-bind = "127.0.0.1:$PORT"
-
-[reload]
-watch = false
-
-[rate_limit]
-enabled = true
-provider = "local"
-default_policy = "api"
-
-[rate_limit.policies.api]
-algorithm = "token_bucket"
-capacity = 1000000000
-refill_amount = 1000000000
-refill_interval = "1s"
-
-[[rls.descriptors]]
-domain = "bench"
-entries = ["key"]
-policy = "api"
-TOML
 . "$(dirname "$0")/grpc-call.sh"
+bench_app_config "$HPORT" "$PORT" > "$TMP/app.toml"
 rls_call k-1
 tick=$(getconf CLK_TCK)
 round=1

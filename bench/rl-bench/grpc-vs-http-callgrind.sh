@@ -35,35 +35,9 @@ cleanup() {
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
-cat > "$TMP/app.toml" <<TOML
-[http]
-bind = "127.0.0.1:$HPORT"
-worker_threads = 1
-
-[grpc]
-bind = "127.0.0.1:$GPORT"
-
-[reload]
-watch = false
-
-[rate_limit]
-enabled = true
-provider = "local"
-default_policy = "api"
-
-[rate_limit.policies.api]
-algorithm = "token_bucket"
-capacity = 1000000000
-refill_amount = 1000000000
-refill_interval = "1s"
-
-[[rls.descriptors]]
-domain = "bench"
-entries = ["key"]
-policy = "api"
-TOML
 # shellcheck source=grpc-call.sh source-path=SCRIPTDIR disable=SC1091
 . "$HERE/grpc-call.sh"
+bench_app_config "$HPORT" "$GPORT" "worker_threads = 1" > "$TMP/app.toml"
 rls_call k-1
 printf '%s' '{"policy":"api","subject":"k-1","cost":1}' > "$TMP/evaluate.json"
 

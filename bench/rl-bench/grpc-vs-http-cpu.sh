@@ -40,38 +40,12 @@ trap 'exit 130' INT TERM
 
 workers_line=
 [ "$WORKERS" -gt 0 ] && workers_line="worker_threads = $WORKERS"
-cat > "$TMP/app.toml" <<TOML
-[http]
-bind = "127.0.0.1:$HPORT"
-$workers_line
-
-[grpc]
-bind = "127.0.0.1:$GPORT"
-
-[reload]
-watch = false
-
-[rate_limit]
-enabled = true
-provider = "local"
-default_policy = "api"
-
-[rate_limit.policies.api]
-algorithm = "token_bucket"
-capacity = 1000000000
-refill_amount = 1000000000
-refill_interval = "1s"
-
-[[rls.descriptors]]
-domain = "bench"
-entries = ["key"]
-policy = "api"
-TOML
+# shellcheck source=grpc-call.sh source-path=SCRIPTDIR disable=SC1091
+. "$(dirname "$0")/grpc-call.sh"
+bench_app_config "$HPORT" "$GPORT" "$workers_line" > "$TMP/app.toml"
 
 # The gRPC call: RateLimitRequest {domain: "bench", descriptors: [{entries: [{key: "key",
 # value: "k-1"}]}], hits_addend: 1}, gRPC-framed (grpc-call.sh's rls_call).
-# shellcheck source=grpc-call.sh source-path=SCRIPTDIR disable=SC1091
-. "$(dirname "$0")/grpc-call.sh"
 rls_call k-1
 # The HTTP request, written out once (as http-sidecar/evaluate.lua does, without a random subject).
 cat > "$TMP/evaluate.lua" <<'LUA'

@@ -12,6 +12,7 @@ use shared_contract::{
 };
 
 use crate::LocalProvider;
+use crate::reservations::written;
 use crate::store::Key;
 
 impl LocalProvider {
@@ -22,15 +23,8 @@ impl LocalProvider {
     /// As [`shared_contract::PolicySet::admit_charge`]; nothing is charged.
     pub fn charge_now(&self, request: &ChargeRequest) -> Result<ChargeOutcome, RequestError> {
         let policies = self.policies.admit_charge(request)?;
-        let mut keys = Vec::with_capacity(policies.len());
-        for (l, p) in request.limits.iter().zip(&policies) {
-            // Every policy of the set got a slot at construction.
-            let slot = self
-                .slots
-                .get(p.id())
-                .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
-            keys.push((Key::new(slot.index, l.subject.as_bytes()), slot.lifetime_ms));
-        }
+        let limits = request.limits.iter().zip(&policies);
+        let keys = self.keys_of(limits.map(|(l, p)| (*p, l.subject)))?;
         let charged: Vec<usize> = (0..policies.len())
             .filter(|&i| request.limits[i].cost > 0)
             .collect();
@@ -91,15 +85,9 @@ impl LocalProvider {
                     .iter()
                     .any(|s| s.evaluation.verdict == Verdict::ClockUnsafe);
                 let writes = (!unsafe_clock).then(|| {
-                    settlements
-                        .iter_mut()
-                        .zip(charged)
-                        .filter_map(|(s, &i)| {
-                            // An overdraft may outlive the policy's usual horizon.
-                            let regression = policies[i].max_clock_regression_ms();
-                            let lifetime = s.evaluation.ttl_ms.saturating_add(regression);
-                            s.evaluation.new_state.take().map(|state| (state, lifetime))
-                        })
+                    let settled = settlements.iter_mut().zip(charged);
+                    settled
+                        .filter_map(|(s, &i)| written(s, policies[i]))
                         .collect()
                 });
                 (writes, Ok(settlements))
@@ -112,19 +100,6 @@ impl LocalProvider {
             }
         }
         Ok(())
-    }
-
-    /// The decision of `evaluation` as this provider reports it; `None` for an unsafe clock.
-    fn decided(
-        &self,
-        policy: &RateLimitPolicy,
-        evaluation: &model::Evaluation<model::AlgorithmState>,
-    ) -> Option<RateLimitDecision> {
-        let mut d = evaluation.decision(policy, self.source)?;
-        if let Some(certainty) = self.certainty {
-            d.certainty = certainty;
-        }
-        Some(d)
     }
 }
 

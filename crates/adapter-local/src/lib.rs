@@ -92,7 +92,7 @@ use parking_lot::Mutex;
 use shared_contract::model::multi::{
     self as multi_model, Member, MemberError, MultiEvaluation, MultiVerdict,
 };
-use shared_contract::model::{self, AlgorithmState, Verdict};
+use shared_contract::model::{self, AlgorithmState};
 use shared_contract::multi::{Limits, replay_window_ms};
 use shared_contract::{
     AcquireOutcome, AcquireRequest, RandomTokens, ReleaseOutcome, ReleaseRequest, TokenSource,
@@ -103,8 +103,8 @@ use shared_contract::{
 };
 use shared_contract::{
     Certainty, Clock, EdgeRateLimitPort, IncompatibleCategory, MultiOutcome, MultiRequest,
-    PolicyError, PolicyErrors, PolicyId, PolicyRevision, PolicySet, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
+    PolicyError, PolicyErrors, PolicyId, PolicyRevision, PolicySet, RateLimitDecision,
+    RateLimitOutcome, RateLimitPolicy, RateLimitRequest, RequestError, Source, UnavailableCategory,
 };
 
 pub use replay::MAX_REPLAYS;
@@ -429,20 +429,29 @@ impl LocalProvider {
         policy: &RateLimitPolicy,
         evaluation: &model::Evaluation<AlgorithmState>,
     ) -> RateLimitOutcome {
-        match (evaluation.verdict, evaluation.decision(policy, self.source)) {
-            (Verdict::Allowed | Verdict::Denied, Some(mut decision)) => {
-                if let Some(certainty) = self.certainty {
-                    decision.certainty = certainty;
-                }
-                RateLimitOutcome::Evaluated(decision)
-            }
+        match self.decided(policy, evaluation) {
+            Some(decision) => RateLimitOutcome::Evaluated(decision),
             // The clock went back beyond the policy's tolerance: nothing was written.
-            _ => RateLimitOutcome::Unavailable {
+            None => RateLimitOutcome::Unavailable {
                 policy_id: policy.id().clone(),
                 retry_after_ms: evaluation.retry_after_ms,
                 category: UnavailableCategory::Clock,
             },
         }
+    }
+
+    /// The decision of `evaluation` as this provider reports it (its source, and the
+    /// fallback's certainty); `None` for an unsafe clock.
+    fn decided(
+        &self,
+        policy: &RateLimitPolicy,
+        evaluation: &model::Evaluation<AlgorithmState>,
+    ) -> Option<RateLimitDecision> {
+        let mut d = evaluation.decision(policy, self.source)?;
+        if let Some(certainty) = self.certainty {
+            d.certainty = certainty;
+        }
+        Some(d)
     }
 
     /// Live keys held now, at most `max_keys`. Reclaims expired entries first, walking the

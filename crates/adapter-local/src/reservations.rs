@@ -82,6 +82,20 @@ fn failed<U>(failure: Outcome<Infallible>) -> Outcome<U> {
     }
 }
 
+/// What settlement `s` of `policy` writes, taken out of it: the state and how long it lives
+/// (the model's ttl, since an overdraft may outlive the policy's usual horizon, plus the
+/// clock's tolerance, as every entry's).
+pub(crate) fn written(
+    s: &mut Settlement<AlgorithmState>,
+    policy: &RateLimitPolicy,
+) -> Option<(AlgorithmState, u64)> {
+    let lifetime = s
+        .evaluation
+        .ttl_ms
+        .saturating_add(policy.max_clock_regression_ms());
+    s.evaluation.new_state.take().map(|state| (state, lifetime))
+}
+
 /// How a settlement of a record's limits went.
 enum Charged {
     Done(Vec<Settlement<AlgorithmState>>),
@@ -198,13 +212,7 @@ impl LocalProvider {
         let decisions = settlements
             .iter()
             .zip(&policies)
-            .filter_map(|(s, p)| s.evaluation.decision(p, self.source))
-            .map(|mut d| {
-                if let Some(certainty) = self.certainty {
-                    d.certainty = certainty;
-                }
-                d
-            })
+            .filter_map(|(s, p)| self.decided(p, &s.evaluation))
             .collect();
         let settled = Settled {
             charged: request.actual.clone(),
@@ -246,7 +254,7 @@ impl LocalProvider {
     }
 
     /// The store key and entry lifetime of each `(policy, subject)`.
-    fn keys_of<'a>(
+    pub(crate) fn keys_of<'a>(
         &self,
         limits: impl Iterator<Item = (&'a RateLimitPolicy, SubjectDigest)>,
     ) -> Result<Vec<(Key, u64)>, RequestError> {
@@ -311,14 +319,7 @@ impl LocalProvider {
                     let writes = settlements
                         .iter_mut()
                         .zip(policies)
-                        .map(|(s, p)| {
-                            // An overdraft may outlive the policy's usual horizon.
-                            let lifetime = s
-                                .evaluation
-                                .ttl_ms
-                                .saturating_add(p.max_clock_regression_ms());
-                            s.evaluation.new_state.take().map(|state| (state, lifetime))
-                        })
+                        .map(|(s, p)| written(s, p))
                         .collect();
                     (writes, Ok(settlements))
                 }

@@ -263,9 +263,9 @@ impl Guard {
     }
 }
 
-/// Hands `task` to `spawner`, or polls it once without one: a release the provider answers
-/// at once (the local provider) completes; any other is abandoned, logged and counted.
-fn run_detached(task: Task, spawner: Option<&Spawner>, policies: &[LeaseId]) {
+/// Hands `task` to `spawner`, or polls it once without one: a task the provider answers at
+/// once (the local provider) completes; any other is abandoned, and `abandoned` says so.
+pub(crate) fn run_detached(task: Task, spawner: Option<&Spawner>, abandoned: impl FnOnce()) {
     if let Some(spawn) = spawner {
         spawn(task);
         return;
@@ -273,15 +273,19 @@ fn run_detached(task: Task, spawner: Option<&Spawner>, policies: &[LeaseId]) {
     let mut task = task;
     let mut cx = Context::from_waker(Waker::noop());
     if task.as_mut().poll(&mut cx).is_pending() {
-        for lease in policies {
-            metrics::counter!(RELEASE_FAILURES, "policy" => lease.policy_id.to_string())
-                .increment(1);
-        }
-        tracing::warn!(
-            leases = policies.len(),
-            "a dropped response's leases could not be released without a spawner; they expire by their TTL"
-        );
+        abandoned();
     }
+}
+
+/// What an abandoned release of `leases` leaves: logged and counted; they expire by their TTL.
+fn releases_abandoned(leases: &[LeaseId]) {
+    for lease in leases {
+        metrics::counter!(RELEASE_FAILURES, "policy" => lease.policy_id.to_string()).increment(1);
+    }
+    tracing::warn!(
+        leases = leases.len(),
+        "a dropped response's leases could not be released without a spawner; they expire by their TTL"
+    );
 }
 
 impl Drop for Guard {
@@ -296,7 +300,7 @@ impl Drop for Guard {
         run_detached(
             Box::pin(async move { release_all(&limiter, taken).await }),
             spawner.as_ref(),
-            &leases,
+            || releases_abandoned(&leases),
         );
     }
 }
@@ -362,7 +366,7 @@ impl<B: Body> Drop for LeaseBody<B> {
         // A release started at the end of the body finishes in the background.
         if let Some(task) = self.releasing.take() {
             let spawner = self.guard.as_ref().and_then(|g| g.spawner.clone());
-            run_detached(task, spawner.as_ref(), &[]);
+            run_detached(task, spawner.as_ref(), || releases_abandoned(&[]));
         }
     }
 }

@@ -26,7 +26,7 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
-use std::task::{Context, Poll, Waker};
+use std::task::{Context, Poll};
 
 use http::{HeaderMap, HeaderName, HeaderValue, Request, Response, StatusCode, header};
 use http_body::{Body, Frame, SizeHint};
@@ -34,7 +34,7 @@ use shared_contract::{Outcome, ReservationId, ReservationTtl};
 use tower_layer::Layer;
 use tower_service::Service;
 
-use crate::concurrency::{Spawner, Task};
+use crate::concurrency::{Spawner, Task, run_detached};
 use crate::layer::rule_cost;
 use crate::limiter::{Limiter, Member, PolicyIndex};
 use crate::problem;
@@ -386,26 +386,17 @@ impl Guard {
     }
 }
 
-/// Hands `task` to `spawner`, or polls it once without one (the local provider finishes at
-/// once); a task still pending then is abandoned, logged.
-fn run_detached(task: Task, spawner: Option<&Spawner>) {
-    if let Some(spawn) = spawner {
-        spawn(task);
-        return;
-    }
-    let mut task = task;
-    let mut cx = Context::from_waker(Waker::noop());
-    if task.as_mut().poll(&mut cx).is_pending() {
-        tracing::warn!(
-            "a dropped response's reservation could not be settled without a spawner; it expires charged at its estimate"
-        );
-    }
+/// Logs a settlement abandoned for want of a spawner.
+fn settlement_abandoned() {
+    tracing::warn!(
+        "a dropped response's reservation could not be settled without a spawner; it expires charged at its estimate"
+    );
 }
 
 impl Drop for Guard {
     fn drop(&mut self) {
         if let Some(task) = self.settlement() {
-            run_detached(task, self.spawner.as_ref());
+            run_detached(task, self.spawner.as_ref(), settlement_abandoned);
         }
     }
 }
@@ -474,7 +465,7 @@ impl<B: Body> Drop for MeteredBody<B> {
         // A settlement started at the end of the body finishes in the background.
         if let Some(task) = self.settling.take() {
             let spawner = self.guard.as_ref().and_then(|g| g.spawner.clone());
-            run_detached(task, spawner.as_ref());
+            run_detached(task, spawner.as_ref(), settlement_abandoned);
         }
     }
 }

@@ -27,7 +27,9 @@ use shared_contract::{
 
 use crate::body::Text;
 use crate::body::{Object, Refused};
-use crate::response::{decision_json, json, outcome_body, request_error, respond, shadow_json};
+use crate::response::{
+    decision_json, json, outcome_body, push_joined, request_error, respond, shadow_json,
+};
 use crate::state::ApiState;
 
 /// One entry of `requests`: the single form's fields.
@@ -204,12 +206,7 @@ pub(crate) fn decided(d: &MultiDecision, bodies: &[Bytes]) -> Response {
         let _ = write!(body, "\"{}\"", v.policy_id);
     }
     body.push_str(r#"],"decisions":["#);
-    for (i, member) in bodies.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(&String::from_utf8_lossy(member));
-    }
+    push_joined(&mut body, bodies);
     body.push(']');
     if d.replayed {
         body.push_str(r#","replayed":true"#);

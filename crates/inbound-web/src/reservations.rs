@@ -29,7 +29,7 @@ use shared_contract::{
 
 use crate::body::{Object, Refused};
 use crate::evaluate_list::{Entry, decided, members};
-use crate::response::{decision_json, json, request_error};
+use crate::response::{decision_json, json, push_joined, request_error};
 use crate::state::ApiState;
 
 /// The ttl of a reservation that names none.
@@ -116,15 +116,6 @@ fn reserved(r: &Reserved) -> Response {
     json(StatusCode::CREATED, body)
 }
 
-fn push_joined(body: &mut String, parts: &[Bytes]) {
-    for (i, part) in parts.iter().enumerate() {
-        if i > 0 {
-            body.push(',');
-        }
-        body.push_str(&String::from_utf8_lossy(part));
-    }
-}
-
 /// 503 problem+json for an outcome without an answer, with what is known of it.
 fn unavailable<T>(failure: &Outcome<T>, consequence: &str) -> Response {
     let (policy, retry_ms, category) = match failure {
@@ -156,22 +147,13 @@ fn unavailable<T>(failure: &Outcome<T>, consequence: &str) -> Response {
     if let Some(category) = category {
         body["category"] = category.into();
     }
-    let mut r = problem_json(StatusCode::SERVICE_UNAVAILABLE, body.to_string());
+    let mut r = problem::respond(StatusCode::SERVICE_UNAVAILABLE, body);
     if retry_ms > 0 {
         r.headers_mut().insert(
             header::RETRY_AFTER,
             HeaderValue::from(ceil_secs(retry_ms).max(1)),
         );
     }
-    r
-}
-
-fn problem_json(status: StatusCode, body: String) -> Response {
-    let mut r = json(status, body);
-    r.headers_mut().insert(
-        header::CONTENT_TYPE,
-        HeaderValue::from_static("application/problem+json"),
-    );
     r
 }
 

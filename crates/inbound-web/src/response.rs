@@ -224,6 +224,16 @@ fn no_decision(
     (status, retry_ms, Bytes::from(text))
 }
 
+/// Appends `parts` (JSON values) to `body`, separated by commas: the members of an array.
+pub(crate) fn push_joined(body: &mut String, parts: &[Bytes]) {
+    for (i, part) in parts.iter().enumerate() {
+        if i > 0 {
+            body.push(',');
+        }
+        body.push_str(&String::from_utf8_lossy(part));
+    }
+}
+
 /// A decision's JSON, in one allocation of its exact size.
 pub(crate) fn decision_json(d: &RateLimitDecision) -> Bytes {
     let (mut limit, mut remaining, mut retry, mut reset, mut revision) = (

@@ -7,7 +7,7 @@ use edge_middleware::descriptors::{
     DescriptorError, DescriptorRule, DescriptorRules, EntryMatcher, UnknownDescriptor,
 };
 use figment::value::{Dict, Value};
-use shared_contract::{AlgorithmKind, PolicyId};
+use shared_contract::PolicyId;
 
 use super::policies;
 use super::reader::{
@@ -167,7 +167,7 @@ fn read_charge(
         Some(RateLimitSettings::Enabled(e)) => e.policies.get(rule.policy()).map(|p| p.kind()),
         _ => None,
     };
-    if let Some(kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency)) = kind {
+    if let Some(kind) = kind.filter(|k| !k.takes_reservations()) {
         c.push(
             at,
             format!(

@@ -55,19 +55,11 @@ fn bounds(p: &FixedWindowParams, t: u64) -> Result<(u64, u64), ModelError> {
     }
 }
 
-/// Start of the window holding `t`.
-fn window_start(p: &FixedWindowParams, t: u64) -> Result<u64, ModelError> {
-    Ok(bounds(p, t)?.0)
-}
-
-/// Cost counted at effective time `now` (count plus overdraft; 0 in a later window).
-fn used(
-    p: &FixedWindowParams,
-    state: Option<&FixedWindowState>,
-    now: u64,
-) -> Result<u64, ModelError> {
+/// Cost counted in the window starting at `start` (count plus overdraft; 0 when the state
+/// belongs to an earlier window).
+fn used(state: Option<&FixedWindowState>, start: u64) -> Result<u64, ModelError> {
     Ok(match state {
-        Some(s) if s.last_ms >= window_start(p, now)? => add(s.count, s.overdraft)?,
+        Some(s) if s.last_ms >= start => add(s.count, s.overdraft)?,
         _ => 0,
     })
 }
@@ -84,8 +76,8 @@ pub fn evaluate(
     cost: u64,
 ) -> Result<Evaluation<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
-        let reset_at = bounds(p, now)?.1;
-        let count = used(p, state, now)?.min(p.limit());
+        let (start, reset_at) = bounds(p, now)?;
+        let count = used(state, start)?.min(p.limit());
         let available = sub(p.limit(), count)?;
         let mut out = Evaluation::denied(now_ms, now, p.limit(), available);
         let to_reset = sub(reset_at, now)?;
@@ -120,9 +112,9 @@ pub fn settle(
 ) -> Result<Settlement<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
         let (start, reset_at) = bounds(p, now)?;
-        let held = window_start(p, hold.at_ms)? == start;
+        let held = bounds(p, hold.at_ms)?.0 == start;
         let (used, change) = adjust(
-            (used(p, state, now)?, MAX_SAFE_INTEGER),
+            (used(state, start)?, MAX_SAFE_INTEGER),
             hold,
             actual,
             1,

@@ -13,7 +13,7 @@
 use crate::decision::Source;
 use crate::ids::Cost;
 use crate::multi::MultiDecision;
-use crate::policy::{AlgorithmKind, RateLimitPolicy};
+use crate::policy::RateLimitPolicy;
 
 use super::reserve::{self, Hold, Settlement};
 use super::{AlgorithmState, Evaluation, ModelError, Verdict};
@@ -108,11 +108,7 @@ pub fn reserve_all(
     now_ms: u64,
 ) -> Result<(MultiEvaluation, Option<Vec<Hold>>), MemberError> {
     for (index, m) in members.iter().enumerate() {
-        let kind = m.policy.kind();
-        if matches!(kind, AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) {
-            let error = ModelError::ReservationUnsupported(kind.as_str());
-            return Err(MemberError { index, error });
-        }
+        reserve::supported(m.policy).map_err(|error| MemberError { index, error })?;
     }
     let evaluation = evaluate_all(members, now_ms)?;
     let holds = (evaluation.verdict == MultiVerdict::Allowed).then(|| {

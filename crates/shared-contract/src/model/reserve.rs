@@ -33,7 +33,7 @@
 //! years) for a token bucket or GCRA, and at 2^53-1 for a window.
 
 use crate::ids::Cost;
-use crate::policy::{Algorithm, AlgorithmKind, RateLimitPolicy};
+use crate::policy::{Algorithm, RateLimitPolicy};
 
 pub use super::settlement::{Hold, Settlement};
 use super::{
@@ -41,12 +41,13 @@ use super::{
     token_bucket,
 };
 
-fn supported(policy: &RateLimitPolicy) -> Result<(), ModelError> {
-    match policy.kind() {
-        kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) => {
-            Err(ModelError::ReservationUnsupported(kind.as_str()))
-        }
-        _ => Ok(()),
+/// Refuses a policy whose algorithm takes no reservations.
+pub(crate) fn supported(policy: &RateLimitPolicy) -> Result<(), ModelError> {
+    let kind = policy.kind();
+    if kind.takes_reservations() {
+        Ok(())
+    } else {
+        Err(ModelError::ReservationUnsupported(kind.as_str()))
     }
 }
 

@@ -128,6 +128,13 @@ impl AlgorithmKind {
         Self::ALL.into_iter().find(|k| k.as_str() == name)
     }
 
+    /// Whether the algorithm takes reservations and charges after the work
+    /// ([`crate::model::reserve`]): every rate algorithm but the sliding log, for which the
+    /// models define no refund or overdraft; a concurrency policy is not a rate.
+    pub fn takes_reservations(self) -> bool {
+        !matches!(self, AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency)
+    }
+
     /// Whether decisions of this algorithm are exact (`Certain`) or an estimate.
     pub fn certainty(self) -> crate::Certainty {
         match self {

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use crate::decision::RateLimitOutcome;
 use crate::ids::{Cost, Deadline, EvaluationId, PolicyId, SubjectDigest};
 use crate::lease::{AcquireOutcome, AcquireRequest, ReleaseOutcome, ReleaseRequest};
-use crate::policy::{Algorithm, AlgorithmKind, ConcurrencyParams, RateLimitPolicy};
+use crate::policy::{Algorithm, ConcurrencyParams, RateLimitPolicy};
 
 pub mod multi;
 pub mod reservations;
@@ -343,18 +343,7 @@ impl PolicySet {
         request
             .limits
             .iter()
-            .map(|l| {
-                let policy = self.admit_cost(&l.policy_id, l.cost)?;
-                match policy.kind() {
-                    kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) => {
-                        Err(RequestError::ReservationUnsupported {
-                            policy_id: l.policy_id.clone(),
-                            algorithm: kind.as_str(),
-                        })
-                    }
-                    _ => Ok(policy),
-                }
-            })
+            .map(|l| reservable(self.admit_cost(&l.policy_id, l.cost)?))
             .collect()
     }
 
@@ -391,12 +380,7 @@ impl PolicySet {
             let policy = self
                 .get(&l.policy_id)
                 .ok_or_else(|| RequestError::UnknownPolicy(l.policy_id.clone()))?;
-            if let kind @ (AlgorithmKind::SlidingLog | AlgorithmKind::Concurrency) = policy.kind() {
-                return Err(RequestError::ReservationUnsupported {
-                    policy_id: l.policy_id.clone(),
-                    algorithm: kind.as_str(),
-                });
-            }
+            let policy = reservable(policy)?;
             if l.cost > policy.max_cost().get() {
                 return Err(RequestError::CostAboveMax {
                     policy_id: l.policy_id.clone(),
@@ -430,5 +414,18 @@ impl PolicySet {
             });
         }
         Ok(policy)
+    }
+}
+
+/// `policy`, or the refusal of one whose algorithm takes no reservations.
+fn reservable(policy: &RateLimitPolicy) -> Result<&RateLimitPolicy, RequestError> {
+    let kind = policy.kind();
+    if kind.takes_reservations() {
+        Ok(policy)
+    } else {
+        Err(RequestError::ReservationUnsupported {
+            policy_id: policy.id().clone(),
+            algorithm: kind.as_str(),
+        })
     }
 }
