@@ -15,6 +15,7 @@ pub mod cargo;
 pub mod cluster;
 pub mod config;
 pub mod conformance;
+pub mod conformance_charges;
 pub mod conformance_leases;
 pub mod conformance_multi;
 pub mod conformance_reservations;

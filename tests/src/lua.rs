@@ -172,6 +172,52 @@ pub const MULTI_SOURCE: &str = include_str!("../../lua/rate-multi-v2.lua");
 /// The batch program, exactly as `adapter-redis` embeds it.
 pub const BATCH_SOURCE: &str = include_str!("../../lua/rate-batch-v2.lua");
 
+/// The settlement program, exactly as `adapter-redis` embeds it.
+pub const SETTLE_SOURCE: &str = include_str!("../../lua/rate-settle-v1.lua");
+
+/// What the settlement program does with one member.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettleOp {
+    /// Evaluates `cost` and writes nothing (the provider checks a cost of 1).
+    Check(u64),
+    /// Settles a hold of `estimate` charged at `at_ms` with the `actual` cost.
+    Settle {
+        actual: u64,
+        estimate: u64,
+        at_ms: u64,
+    },
+}
+
+/// ARGV of the settlement program for `members` (without the test build's trailing `now`):
+/// the packed member count, then per member its operation, its algorithm code and its
+/// packed arguments (a settlement's: the actual cost in the cost's place, then the hold,
+/// `<I7I6` estimate and at_ms).
+///
+/// # Panics
+/// For a policy of an algorithm without a program.
+pub fn settle_arguments(members: &[(&RateLimitPolicy, SettleOp)]) -> Vec<Vec<u8>> {
+    let mut args = vec![pack(&[(members.len() as u64, 1)])];
+    for (policy, op) in members {
+        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
+        let (name, packed) = match *op {
+            SettleOp::Check(cost) => ("check", pack(&argument_fields(policy, cost))),
+            SettleOp::Settle {
+                actual,
+                estimate,
+                at_ms,
+            } => {
+                let mut fields = argument_fields(policy, actual);
+                fields.extend([(estimate, 7), (at_ms, 6)]);
+                ("settle", pack(&fields))
+            }
+        };
+        args.push(name.as_bytes().to_vec());
+        args.push(program.algorithm_code().to_string().into_bytes());
+        args.push(packed);
+    }
+    args
+}
+
 /// ARGV of the multi-limit program for `members` (policy, cost) and a replay window (0: no
 /// evaluation id), in the order of its header (without the test build's trailing `now`):
 /// the packed header, then per member its algorithm code and its packed arguments.

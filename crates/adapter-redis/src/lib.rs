@@ -53,6 +53,7 @@
 pub mod acl;
 mod background;
 mod batch;
+mod charges;
 mod checks;
 mod cluster;
 pub mod commands;

@@ -76,6 +76,24 @@ impl Plan {
     }
 }
 
+impl Plan {
+    /// Appends a settlement member's arguments (`lua/rate-settle-v1.lua`) as one RESP bulk
+    /// string: `actual` in the cost's place, the fields, then the hold.
+    pub(crate) fn write_settle_arguments(
+        &self,
+        out: &mut Vec<u8>,
+        actual: u64,
+        estimate: u64,
+        at_ms: u64,
+    ) {
+        let mut bytes = Vec::with_capacity(programs::COST_WIDTH + self.packed.len() + 13);
+        bytes.extend_from_slice(&programs::pack_cost(actual));
+        bytes.extend_from_slice(&self.packed);
+        bytes.extend_from_slice(&programs::settle_hold(estimate, at_ms));
+        resp::write_bulk(out, &bytes);
+    }
+}
+
 /// One evaluation's program call: `1 key packed-arguments` after `EVALSHA sha1`.
 struct Evaluation<'a> {
     plan: &'a Plan,

@@ -99,6 +99,15 @@ pub static BATCH: Script = embedded!(
     &[&commands::TIME, &commands::GET, &commands::SET]
 );
 
+/// The settlement program: 1..=8 checks and settlements (a hold settled with its actual cost,
+/// past the limit if need be) of any algorithms but the sliding log's, in one call (calling
+/// convention: `docs/lua-programs.md`). Its check functions are the multi program's members;
+/// its settlement functions read and write the same state encodings, the overdraft's too.
+pub static SETTLE: Script = embedded!(
+    "rate-settle-v1.lua",
+    &[&commands::TIME, &commands::GET, &commands::SET]
+);
+
 /// The most members one batch call takes (the program's header holds 1..=64).
 pub const BATCH_MAX: usize = 64;
 
@@ -107,7 +116,7 @@ pub(crate) fn scripts() -> Vec<&'static Script> {
     PROGRAMS
         .iter()
         .map(|p| &p.script)
-        .chain([&MULTI, &BATCH])
+        .chain([&MULTI, &BATCH, &SETTLE])
         .collect()
 }
 
@@ -196,6 +205,13 @@ fn pack(fields: &[(u64, usize)]) -> Vec<u8> {
 /// the program refuses as `INVALID`.
 pub fn multi_header(members: usize, replay_window_ms: u64) -> Vec<u8> {
     pack(&[(members as u64, 1), (replay_window_ms, 4)])
+}
+
+/// The hold a settlement member's arguments end with: its estimate (7 bytes) and the
+/// effective time it was charged at (6 bytes). A time beyond 2^48-1 (which no hold has: the
+/// models' clock ends below) empties it, which the program refuses as `INVALID`.
+pub fn settle_hold(estimate: u64, at_ms: u64) -> Vec<u8> {
+    pack(&[(estimate, 7), (at_ms, 6)])
 }
 
 /// The cost as the first packed field of `ARGV[1]`. A cost is at most the policy's limit
@@ -329,15 +345,15 @@ mod tests {
         Ok(out)
     }
 
-    /// Holds the generated sections of `lua/rate-multi-v2.lua` and `lua/rate-batch-v2.lua` to
-    /// the single programs. With `RL_WRITE_MULTI_LUA=1` it rewrites the sections instead
+    /// Holds the generated sections of `lua/rate-multi-v2.lua`, `lua/rate-batch-v2.lua` and
+    /// `lua/rate-settle-v1.lua` to the single programs. With `RL_WRITE_MULTI_LUA=1` it rewrites the sections instead
     /// (after a single program changed).
     #[test]
     fn multi_and_batch_program_members_are_the_single_programs() {
         const BEGIN: &str = "-- @generated begin\n";
         const END: &str = "-- @generated end\n";
         let members = multi_members().expect("single programs of the expected shape");
-        for script in [&MULTI, &BATCH] {
+        for script in [&MULTI, &BATCH, &SETTLE] {
             let source = script.source;
             let (head, rest) = source.split_once(BEGIN).expect("generated begin marker");
             let (_, tail) = rest.split_once(END).expect("generated end marker");
@@ -357,8 +373,8 @@ mod tests {
     }
 
     #[test]
-    fn multi_and_batch_programs_are_preloaded_and_declare_their_calls() {
-        for script in [&MULTI, &BATCH] {
+    fn multi_batch_and_settle_programs_are_preloaded_and_declare_their_calls() {
+        for script in [&MULTI, &BATCH, &SETTLE] {
             assert!(scripts().iter().any(|s| s.name == script.name));
             crate::script::tests::assert_declares_its_calls(script);
             assert_eq!(script.source.matches("redis.call('TIME')").count(), 1);

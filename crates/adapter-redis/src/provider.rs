@@ -88,10 +88,10 @@ use redis::Value;
 use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, EdgeRateLimitPort,
-    IncompatibleCategory, MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet,
-    RandomTokens, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome,
-    ReleaseRequest, RequestError, TokenSource,
+    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, ChargeOutcome, ChargeRequest,
+    Deadline, EdgeRateLimitPort, IncompatibleCategory, MultiDecision, MultiOutcome, MultiRequest,
+    Outcome, PolicyId, PolicySet, RandomTokens, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, TokenSource,
 };
 
 use crate::acl::Needs;
@@ -103,12 +103,12 @@ use crate::fleet::{Fleet, FleetView};
 use crate::keys::{ReplayMember, hash_slot, replay_key};
 use crate::leases::Leasing;
 use crate::plan::Plan;
-use crate::pool::Pool;
+use crate::pool::{Pool, ScriptReply};
 use crate::programs;
 use crate::reply;
 use crate::reply_multi;
 use crate::resp;
-use crate::script::ScriptArgs;
+use crate::script::{Script, ScriptArgs};
 use crate::settings::RedisSettings;
 use crate::telemetry::ClockMetrics;
 
@@ -352,7 +352,89 @@ impl RedisProvider {
 
     /// The outcome of a call of `policy`'s (or, for several limits, the first one's) that
     /// `failure` stopped, for one limit or several alike.
-    fn failed<T>(&self, policy: &RateLimitPolicy, failure: Failure) -> Outcome<T> {
+    /// The plan of `policy`, one of this provider's.
+    pub(crate) fn plan(&self, policy: &RateLimitPolicy) -> Result<&Plan, RequestError> {
+        // Every policy of the set has a plan (built in `connect`); the error is unreachable.
+        self.plans
+            .get(policy.id())
+            .map(|p| &**p)
+            .ok_or_else(|| RequestError::UnknownPolicy(policy.id().clone()))
+    }
+
+    /// The slot of a call of `keys`: on a cluster they must share one (else `SpansSlots`,
+    /// and nothing is sent); elsewhere any (every key is on the one master).
+    pub(crate) fn one_slot<'k>(
+        &self,
+        mut keys: impl Iterator<Item = &'k str>,
+    ) -> Result<u16, RequestError> {
+        let first = keys.next().map_or(0, |k| hash_slot(k.as_bytes()));
+        if self.pool.is_cluster() {
+            let mut slots: BTreeSet<u16> = keys.map(|k| hash_slot(k.as_bytes())).collect();
+            slots.insert(first);
+            if slots.len() > 1 {
+                return Err(RequestError::SpansSlots { slots: slots.len() });
+            }
+        }
+        Ok(first)
+    }
+
+    /// One call of a program of several members (`call` of `script`, on `slot`; `plans`
+    /// and `policies` in member order), whose reply has the multi program's shape: what it
+    /// means with the reply; or, when the call failed or was not sent, what that means.
+    pub(crate) async fn call_members<'a>(
+        &self,
+        script: &Script,
+        call: &dyn ScriptArgs,
+        slot: u16,
+        plans: impl Iterator<Item = &'a Plan>,
+        policies: &[&RateLimitPolicy],
+        deadline: Deadline,
+    ) -> Result<(MultiOutcome, ScriptReply), MultiOutcome> {
+        let first = policies[0];
+        let timeout = self.settings.command_timeout;
+        let _permit = self
+            .pool
+            .admit(deadline, timeout)
+            .map_err(|category| self.failed(first, Failure::Unavailable(category)))?;
+        let reply = self
+            .pool
+            .run_script(script, slot, call, timeout)
+            .await
+            .map_err(|failure| self.failed(first, failure))?;
+        let outcome = reply_multi::observed(&reply.value, policies, |r| {
+            ClockMetrics::multi(r, plans.map(|p| &p.clock));
+        })
+        .unwrap_or(MultiOutcome::Incompatible {
+            policy_id: first.id().clone(),
+            category: IncompatibleCategory::Reply,
+        });
+        Ok((outcome, reply))
+    }
+
+    /// `outcome`, unless its call `wrote` state without the replica acknowledgements
+    /// `min_replicas_ack` asks for: then `Indeterminate` of `policy` (never reported as
+    /// durable when it may be lost in a failover).
+    pub(crate) fn acknowledged(
+        &self,
+        outcome: MultiOutcome,
+        wrote: bool,
+        reply: &ScriptReply,
+        script: &Script,
+        policy: &RateLimitPolicy,
+    ) -> MultiOutcome {
+        if wrote && !reply.durable(self.settings.min_replicas_ack) {
+            tracing::debug!(
+                program = script.name,
+                wanted = self.settings.min_replicas_ack,
+                acked = reply.replicas_acked,
+                "a write not acknowledged by enough replicas; reported indeterminate"
+            );
+            return self.failed(policy, Failure::Indeterminate);
+        }
+        outcome
+    }
+
+    pub(crate) fn failed<T>(&self, policy: &RateLimitPolicy, failure: Failure) -> Outcome<T> {
         let policy_id = policy.id().clone();
         let retry_after_ms = self.settings.retry_after_ms();
         match failure {
@@ -494,23 +576,10 @@ impl EdgeRateLimitPort for RedisProvider {
         }
         let mut members = Vec::with_capacity(policies.len());
         for (limit, policy) in request.limits.iter().zip(&policies) {
-            let Some(plan) = self.plans.get(policy.id()) else {
-                // Every policy of the set has a plan (built in `connect`); this is unreachable.
-                return Err(RequestError::UnknownPolicy(policy.id().clone()));
-            };
-            members.push((
-                &**plan,
-                plan.keys.state_key(&limit.subject),
-                limit.cost.get(),
-            ));
+            let plan = self.plan(policy)?;
+            members.push((plan, plan.keys.state_key(&limit.subject), limit.cost.get()));
         }
-        let slots: BTreeSet<u16> = members
-            .iter()
-            .map(|(_, key, _)| hash_slot(key.as_bytes()))
-            .collect();
-        if slots.len() > 1 && self.pool.is_cluster() {
-            return Err(RequestError::SpansSlots { slots: slots.len() });
-        }
+        let slot = self.one_slot(members.iter().map(|(_, key, _)| key.as_str()))?;
         let first = policies[0];
         let replay = match &request.evaluation_id {
             Some(id) => {
@@ -529,45 +598,27 @@ impl EdgeRateLimitPort for RedisProvider {
             }
             None => None,
         };
-        let timeout = self.settings.command_timeout;
-        let _permit = match self.pool.admit(request.deadline, timeout) {
-            Ok(permit) => permit,
-            Err(category) => return Ok(self.failed(first, Failure::Unavailable(category))),
-        };
-        let slot = hash_slot(members[0].1.as_bytes());
         let call = MultiCall { members, replay };
         // Before the call is written, so never later than the server's reading of its clock.
         let sent = Instant::now();
-        let reply = match self
-            .pool
-            .run_script(&programs::MULTI, slot, &call, timeout)
-            .await
-        {
-            Ok(reply) => reply,
-            Err(failure) => return Ok(self.failed(first, failure)),
+        let plans = call.members.iter().map(|(plan, _, _)| *plan);
+        let called = self.call_members(
+            &programs::MULTI,
+            &call,
+            slot,
+            plans,
+            &policies,
+            request.deadline,
+        );
+        let (outcome, reply) = match called.await {
+            Ok(answered) => answered,
+            Err(failed) => return Ok(failed),
         };
-        let clocks = call.members.iter().map(|(plan, _, _)| &plan.clock);
-        let outcome = reply_multi::observed(&reply.value, &policies, |r| {
-            ClockMetrics::multi(r, clocks);
-        })
-        .unwrap_or(MultiOutcome::Incompatible {
-            policy_id: first.id().clone(),
-            category: IncompatibleCategory::Reply,
-        });
         if cached && let MultiOutcome::Evaluated(d) = &outcome {
             self.remember_denials(&request, &policies, d, sent);
         }
         let allowed = matches!(&outcome, MultiOutcome::Evaluated(d) if d.allowed);
-        if allowed && !reply.durable(self.settings.min_replicas_ack) {
-            tracing::debug!(
-                program = programs::MULTI.name,
-                wanted = self.settings.min_replicas_ack,
-                acked = reply.replicas_acked,
-                "multi-limit allow not acknowledged by enough replicas; reported indeterminate"
-            );
-            return Ok(self.failed(first, Failure::Indeterminate));
-        }
-        Ok(outcome)
+        Ok(self.acknowledged(outcome, allowed, &reply, &programs::MULTI, first))
     }
 
     async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
@@ -581,6 +632,10 @@ impl EdgeRateLimitPort for RedisProvider {
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         let (policy, _) = self.policies.admit_lease(&request.lease.policy_id)?;
         Ok(self.leasing(policy.id())?.release(&request).await)
+    }
+
+    async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        self.charge_all(request).await
     }
 
     fn policies(&self) -> &PolicySet {

@@ -182,6 +182,19 @@ pub fn is_allowed(value: &Value) -> bool {
     }
 }
 
+/// Whether a raw reply (a single program's or a multi-member one) is a decision, `ALLOWED` or
+/// `DENIED`, before any other check.
+pub fn is_decision(value: &Value) -> bool {
+    match value {
+        Value::Array(fields) => match fields.first() {
+            Some(Value::BulkString(b)) => matches!(b.as_slice(), b"ALLOWED" | b"DENIED"),
+            Some(Value::SimpleString(s)) => matches!(s.as_str(), "ALLOWED" | "DENIED"),
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
 /// Parses a seven-field reply strictly (shape, status, numbers); [`decide`] then checks it
 /// against the policy.
 ///

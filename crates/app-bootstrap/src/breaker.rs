@@ -22,9 +22,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, Outcome,
-    PolicySet, RateLimitOutcome, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest,
-    RequestError, SystemClock, UnavailableCategory,
+    AcquireOutcome, AcquireRequest, ChargeOutcome, ChargeRequest, Clock, EdgeRateLimitPort,
+    MultiOutcome, MultiRequest, Outcome, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
+    ReleaseOutcome, ReleaseRequest, RequestError, SystemClock, UnavailableCategory,
 };
 
 use crate::settings::BreakerSettings;
@@ -392,6 +392,26 @@ impl EdgeRateLimitPort for CircuitBreaker {
         .await
     }
 
+    async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        let check = request.clone();
+        // `admit_charge` refuses a request without limits before the default could be named.
+        let policy_id = request
+            .limits
+            .first()
+            .map_or_else(|| self.policies().default_id(), |l| &l.policy_id)
+            .clone();
+        self.guarded(
+            self.inner.charge(request),
+            || self.inner.policies().admit_charge(&check).map(|_| ()),
+            |retry_after_ms| ChargeOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
     fn policies(&self) -> &PolicySet {
         self.inner.policies()
     }
@@ -418,8 +438,8 @@ mod tests {
 
     use shared_contract::testing::ScriptedPort;
     use shared_contract::{
-        Certainty, Cost, Deadline, ManualClock, PolicyId, PolicyRevision, RateLimitDecision,
-        RateLimitPolicy, Source, SubjectDigest,
+        Certainty, ChargeLimit, Cost, Deadline, ManualClock, PolicyId, PolicyRevision,
+        RateLimitDecision, RateLimitPolicy, Source, SubjectDigest,
     };
 
     use super::*;
@@ -529,6 +549,32 @@ mod tests {
             );
         }
         assert_eq!(inner.calls(), 3, "an open circuit sends nothing");
+    }
+
+    #[tokio::test]
+    async fn an_open_circuit_refuses_charges_after_checking_them() {
+        let (_, b, _) = setup(1, 60_000);
+        b.evaluate(request()).await.expect("valid request");
+        assert_eq!(b.state(), BreakerState::Open);
+        let charge = |policy: &str| ChargeRequest {
+            limits: vec![ChargeLimit {
+                policy_id: PolicyId::new(policy).expect("valid id"),
+                subject: SubjectDigest::from_bytes([7; 32]),
+                cost: 1,
+            }],
+            deadline: Deadline::within(Duration::from_secs(1)).expect("valid"),
+        };
+        let o = b.charge(charge("api")).await.expect("valid request");
+        assert!(
+            matches!(&o, ChargeOutcome::Unavailable { category: UnavailableCategory::CircuitOpen, policy_id, .. } if policy_id.as_str() == "api"),
+            "{o:?}"
+        );
+        // A concurrency policy takes no charges: refused as when closed.
+        let refused = b.charge(charge("jobs")).await;
+        assert!(
+            matches!(refused, Err(RequestError::ReservationUnsupported { .. })),
+            "{refused:?}"
+        );
     }
 
     #[tokio::test]

@@ -37,10 +37,10 @@ use std::time::Duration;
 
 use adapter_local::{LocalProvider, LocalSettings};
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Certainty, Clock, Deadline, EdgeRateLimitPort, FailurePolicy,
-    FleetShare, MultiDecision, MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet,
-    RateLimitDecision, RateLimitOutcome, RateLimitPolicy, RateLimitRequest, Readiness,
-    ReleaseOutcome, ReleaseRequest, RequestError, Source,
+    AcquireOutcome, AcquireRequest, Certainty, ChargeOutcome, ChargeRequest, Clock, Deadline,
+    EdgeRateLimitPort, FailurePolicy, FleetShare, MultiDecision, MultiOutcome, MultiRequest,
+    Outcome, PolicyId, PolicySet, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, Source,
 };
 
 /// Where the fleet's size comes from (the Redis heartbeat's last count).
@@ -397,6 +397,13 @@ impl EdgeRateLimitPort for LocalFallback {
 
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         self.inner.release_lease(request).await
+    }
+
+    /// Charges after the work are the global provider's alone: a charge the fallback took
+    /// would be forgotten when Redis answers again, and a check it answered could admit what
+    /// Redis refuses. A failure is reported as it is (Envoy ignores the answer anyway).
+    async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {
+        self.inner.charge(request).await
     }
 
     fn policies(&self) -> &PolicySet {

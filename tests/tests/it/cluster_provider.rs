@@ -299,3 +299,8 @@ async fn a_burst_is_batched_per_slot() {
         "the hot subject's requests after its first were not batched: {before:?} -> {after:?}"
     );
 }
+
+mod cluster_charges {
+    use super::*;
+    acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
+}

@@ -261,14 +261,17 @@ fn a_rule_may_charge_after_the_work_on_a_policy_that_takes_reservations() {
 }
 
 #[test]
-fn a_rule_that_charges_after_needs_the_local_provider_so_far() {
-    let redis = BASE.replace("provider = \"local\"", "provider = \"redis\"")
-        + "[rate_limit.redis]\nurl = \"redis://127.0.0.1:6379/0\"\n";
-    let e = errors(&format!(
+fn a_rule_that_charges_after_is_read_with_either_provider() {
+    let redis = BASE.replace(
+        "provider = \"local\"",
+        "provider = \"redis\"\nsubject_secret = \"0123456789abcdef0123456789abcdef\"",
+    ) + "[rate_limit.redis]\nrole = \"coordination\"\nurl = \"redis://127.0.0.1:6379/0\"\n";
+    let s = ok(&format!(
         "{redis}[grpc]\nbind = \"127.0.0.1:8081\"\n[[rls.descriptors]]\ndomain = \"llm\"\nentries = [\"user\"]\npolicy = \"api\"\ncharge = \"after\"\n"
     ));
-    assert!(
-        problem_at(&e, "rls.descriptors[0].charge").contains("local provider"),
-        "{e}"
-    );
+    let found = s
+        .rls
+        .find("llm", [("user", "u")].into_iter())
+        .expect("a rule");
+    assert!(found.charges_after());
 }

@@ -132,3 +132,13 @@ mod local_real_time_reservations {
     use super::*;
     acceptance_tests::reservation_conformance_tests!(RealTimeLocalTarget);
 }
+
+mod local_charges {
+    use super::*;
+    acceptance_tests::charge_conformance_tests!(LocalTarget::new());
+}
+
+mod local_real_time_charges {
+    use super::*;
+    acceptance_tests::charge_conformance_tests!(RealTimeLocalTarget);
+}

@@ -40,9 +40,9 @@ use shared_contract::{
     RateLimitPolicy,
 };
 
-const CASES: u32 = 160;
+pub(crate) const CASES: u32 = 160;
 /// Milliseconds the server may spend inside one `EXEC` between `SET ... PX` and `PTTL`.
-const PTTL_TOLERANCE_MS: u64 = 25;
+pub(crate) const PTTL_TOLERANCE_MS: u64 = 25;
 
 /// A magnitude in `1..=max`, biased towards small values and the upper bound.
 fn mag(max: u64) -> BoxedStrategy<u64> {
@@ -226,9 +226,9 @@ fn field(sel: (u8, u64), bound: u64) -> u64 {
 
 /// Raw material for a planted state: whether to plant, last_ms offset from the start, field
 /// selectors, sliding-log entries (age step, cost).
-type Plant = (bool, i64, (u8, u64), (u8, u64), Vec<(u64, u64)>, bool);
+pub(crate) type Plant = (bool, i64, (u8, u64), (u8, u64), Vec<(u64, u64)>, bool);
 
-fn plant() -> impl Strategy<Value = Plant> {
+pub(crate) fn plant() -> impl Strategy<Value = Plant> {
     (
         any::<bool>(),
         prop_oneof![-10i64..=10, -6_000i64..=6_000, -(1i64 << 41)..=(1i64 << 41),],
@@ -386,7 +386,7 @@ fn differential(program: Program, policies: impl Strategy<Value = RateLimitPolic
 
 /// Plants `plant` for `policy` at `key` (in the layout it selects, else the wide one); the
 /// state planted and its bytes, or neither when no layout can hold it.
-fn plant_at(
+pub(crate) fn plant_at(
     con: &mut redis::Connection,
     key: &str,
     policy: &RateLimitPolicy,
@@ -534,6 +534,16 @@ type MultiCase = (
     Vec<(Step, Vec<(u8, u64)>)>,
 );
 
+/// A policy of any algorithm that takes reservations (not a sliding log).
+pub(crate) fn reservable_policy() -> impl Strategy<Value = RateLimitPolicy> {
+    prop_oneof![
+        policy(fixed_window()),
+        policy(sliding_window()),
+        policy(token_bucket()),
+        policy(gcra()),
+    ]
+}
+
 pub(crate) fn any_policy() -> impl Strategy<Value = RateLimitPolicy> {
     prop_oneof![
         policy(fixed_window()),
@@ -590,11 +600,11 @@ fn multi_program_equals_the_multi_model() {
 }
 
 /// Every key's value and PTTL after a step.
-type After = Vec<(Option<Vec<u8>>, i64)>;
+pub(crate) type After = Vec<(Option<Vec<u8>>, i64)>;
 
 /// One call of the multi program and, in the same transaction, every key's value and PTTL
 /// (then PERSIST, so nothing expires between steps).
-fn multi_step(
+pub(crate) fn multi_step(
     con: &mut redis::Connection,
     script: &Loaded,
     keys: &[String],
@@ -729,7 +739,7 @@ fn run_multi_case(
     Ok(())
 }
 
-fn last_ms(s: &AlgorithmState) -> u64 {
+pub(crate) fn last_ms(s: &AlgorithmState) -> u64 {
     match s {
         AlgorithmState::FixedWindow(s) => s.last_ms,
         AlgorithmState::SlidingWindow(s) => s.last_ms,

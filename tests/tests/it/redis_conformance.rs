@@ -18,3 +18,8 @@ mod redis_leases {
     use super::*;
     acceptance_tests::lease_conformance_tests!(RedisTarget::new(settings));
 }
+
+mod redis_charges {
+    use super::*;
+    acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
+}

@@ -56,3 +56,8 @@ async fn the_master_is_found_through_the_sentinels_and_an_unknown_name_is_never_
         Readiness::Ready => panic!("an unknown master name must not be ready"),
     }
 }
+
+mod sentinel_charges {
+    use super::*;
+    acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
+}

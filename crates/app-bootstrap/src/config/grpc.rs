@@ -13,7 +13,6 @@ use super::policies;
 use super::reader::{
     Check, Key, Toml, array_of_tables, join, key, read_keys, render_section, show, toml_str,
 };
-use crate::features::Feature;
 use crate::settings::{GrpcSettings, RateLimitSettings};
 
 pub(super) const P: &str = "grpc";
@@ -131,8 +130,7 @@ pub(super) fn read_rules(
 }
 
 /// `charge`: `"on_request"` (the default) or `"after"`, costs known after the work
-/// (Envoy's stream-done call): on a policy that takes reservations, with a provider that
-/// charges after the work (the local one so far).
+/// (Envoy's stream-done call): on a policy that takes reservations (either provider).
 fn read_charge(
     c: &mut Check,
     path: &str,
@@ -155,13 +153,6 @@ fn read_charge(
     };
     if !after {
         return Some(rule);
-    }
-    if rate_limit.gate_provider == Some(Feature::Redis) {
-        c.push(
-            at,
-            "\"after\" needs the local provider so far: the redis provider does not charge after the work yet".to_owned(),
-        );
-        return None;
     }
     let kind = match &rate_limit.settings {
         Some(RateLimitSettings::Enabled(e)) => e.policies.get(rule.policy()).map(|p| p.kind()),

@@ -179,27 +179,43 @@ fn envoy_python_client_checks_at_0_and_charges_the_stream_done_tokens() {
     if !python_ready() {
         return;
     }
-    let config = format!(
-        "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"api\"\n{POLICIES}\n\
-         [rate_limit.policies.tokens]\nalgorithm = \"fixed_window\"\nlimit = 1000\nwindow = \"1h\"\n\
-         max_cost = 1000\n\n[[rls.descriptors]]\ndomain = \"llm\"\nentries = [\"user\"]\n\
-         policy = \"tokens\"\ncharge = \"after\"\n"
+    const TOKENS: &str = "[rate_limit.policies.tokens]\nalgorithm = \"fixed_window\"\nlimit = 1000\n\
+         window = \"1h\"\nmax_cost = 1000\n\n[[rls.descriptors]]\ndomain = \"llm\"\n\
+         entries = [\"user\"]\npolicy = \"tokens\"\ncharge = \"after\"\n";
+    let server = RedisServer::start();
+    let local = format!(
+        "[rate_limit]\nenabled = true\nprovider = \"local\"\ndefault_policy = \"api\"\n{POLICIES}\n{TOKENS}"
     );
-    let app = App::start(&config, &[]);
-    // As Envoy Gateway generates them: at request time the descriptor with hits_addend 0,
-    // at stream end the same descriptor with the tokens the answer used.
-    let call = |hits: u64| json!({ "domain": "llm", "hits": 0, "descriptors": [[["user", "u1"]]], "descriptor_hits": [hits] });
-    let answers = ask(
-        &app.grpc_addr(),
-        &json!([call(0), call(600), call(600), call(0)]),
+    let redis = format!(
+        "{}\n{POLICIES}\n{TOKENS}",
+        common::redis_rate_limit(server.url(), "fail_closed", "")
     );
-    let [check, done, past, refused] = &answers[..] else {
-        panic!("four answers: {answers:?}");
-    };
-    assert_eq!(check["overall_code"], "OK", "{check}");
-    assert_eq!(check["statuses"][0]["remaining"], 999, "{check}");
-    assert_eq!(done["statuses"][0]["remaining"], 400, "{done}");
-    assert_eq!(past["overall_code"], "OK", "charged past the limit: {past}");
-    assert_eq!(past["statuses"][0]["remaining"], 0, "{past}");
-    assert_eq!(refused["overall_code"], "OVER_LIMIT", "{refused}");
+    for (provider, config) in [("local", local), ("redis", redis)] {
+        let app = App::start(&config, &[]);
+        // As Envoy Gateway generates them: at request time the descriptor with hits_addend
+        // 0, at stream end the same descriptor with the tokens the answer used.
+        let call = |hits: u64| json!({ "domain": "llm", "hits": 0, "descriptors": [[["user", "u1"]]], "descriptor_hits": [hits] });
+        let answers = ask(
+            &app.grpc_addr(),
+            &json!([call(0), call(600), call(600), call(0)]),
+        );
+        let [check, done, past, refused] = &answers[..] else {
+            panic!("{provider}: four answers: {answers:?}");
+        };
+        assert_eq!(check["overall_code"], "OK", "{provider}: {check}");
+        assert_eq!(
+            check["statuses"][0]["remaining"], 999,
+            "{provider}: {check}"
+        );
+        assert_eq!(done["statuses"][0]["remaining"], 400, "{provider}: {done}");
+        assert_eq!(
+            past["overall_code"], "OK",
+            "{provider}: charged past the limit: {past}"
+        );
+        assert_eq!(past["statuses"][0]["remaining"], 0, "{provider}: {past}");
+        assert_eq!(
+            refused["overall_code"], "OVER_LIMIT",
+            "{provider}: {refused}"
+        );
+    }
 }
