@@ -196,7 +196,7 @@ pub enum SettleOp {
 /// # Panics
 /// For a policy of an algorithm without a program.
 pub fn settle_arguments(members: &[(&RateLimitPolicy, SettleOp)]) -> Vec<Vec<u8>> {
-    let mut args = vec![pack(&[(members.len() as u64, 1)])];
+    let mut args = vec![pack(&[(members.len() as u64, 1), (0, 1)])];
     for (policy, op) in members {
         let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
         let (name, packed) = match *op {
@@ -214,6 +214,48 @@ pub fn settle_arguments(members: &[(&RateLimitPolicy, SettleOp)]) -> Vec<Vec<u8>
         args.push(name.as_bytes().to_vec());
         args.push(program.algorithm_code().to_string().into_bytes());
         args.push(packed);
+    }
+    args
+}
+
+/// ARGV of the settlement program's reserve operation for `members` (policy, estimate),
+/// `ttl_ms` and the caller's `blob` (without the test build's trailing `now`).
+///
+/// # Panics
+/// For a policy of an algorithm without a program.
+pub fn reserve_arguments(
+    members: &[(&RateLimitPolicy, u64)],
+    ttl_ms: u64,
+    blob: &[u8],
+) -> Vec<Vec<u8>> {
+    let mut args = vec![
+        pack(&[(members.len() as u64, 1), (1, 1)]),
+        pack(&[(ttl_ms, 4)]),
+        blob.to_vec(),
+    ];
+    args.extend(coded(members));
+    args
+}
+
+/// ARGV of the settlement program's settle (`cancel` false) or cancel operation for
+/// `members` (policy, actual cost; a cancel's are 0).
+///
+/// # Panics
+/// For a policy of an algorithm without a program.
+pub fn end_arguments(members: &[(&RateLimitPolicy, u64)], cancel: bool) -> Vec<Vec<u8>> {
+    let op = if cancel { 3 } else { 2 };
+    let mut args = vec![pack(&[(members.len() as u64, 1), (op, 1)])];
+    args.extend(coded(members));
+    args
+}
+
+/// Per member its algorithm code and its single-program arguments.
+fn coded(members: &[(&RateLimitPolicy, u64)]) -> Vec<Vec<u8>> {
+    let mut args = Vec::new();
+    for (policy, cost) in members {
+        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
+        args.push(program.algorithm_code().to_string().into_bytes());
+        args.extend(arguments(policy, *cost));
     }
     args
 }

@@ -1,50 +1,75 @@
--- rate-settle-v1.lua: 1..=8 checks and settlements of mixed algorithms, in one call: costs
--- known only after the work (LLM tokens), charged past the limit if need be.
+-- rate-settle-v1.lua: costs known only after the work (LLM tokens), for 1..=8 members of
+-- mixed algorithms in one call: checks and charges after the work, and reservations
+-- (reserve an estimate, then settle it with the actual cost, or cancel it).
 --
 -- Mirrors shared-contract's model: a check is model::evaluate of its cost that writes
--- nothing; a settlement is model::reserve::settle of a hold (its estimate and the time it
--- was charged at) with the actual cost. A charge after the work is a settlement of a hold of
--- nothing (estimate 0). Settlements are never denied: cost above the estimate is charged
--- past the limit into an overdraft (the state layout "in overdraft" below), and the unused
--- part of an estimate comes back only as far as the policy still holds it. Every member is
--- read at one TIME reading; the settlements are written together, or none of them.
--- Calling convention: docs/lua-programs.md.
+-- nothing; a settlement is model::reserve::settle of a hold (its estimate and the effective
+-- time it was charged at) with the actual cost, never denied: cost above the estimate is
+-- charged past the limit into an overdraft (the state layout "in overdraft"), and the
+-- unused part of an estimate comes back only as far as the policy still holds it. A charge
+-- after the work is a settlement of a hold of nothing (estimate 0). A reservation is
+-- model::multi::reserve_all: an all-or-nothing evaluation of the estimates that, when every
+-- member admits, also writes the reservation's record; settle and cancel settle the holds
+-- the record keeps (cancel with actual 0) and end it, once (shared-contract's reservation
+-- module). Every member is read at one TIME reading. Calling convention:
+-- docs/lua-programs.md.
 --
--- KEYS     [1..n] the members' state keys, in member order. No other key is touched.
--- ARGV     [1] the header, 1 byte packed like a single program's arguments ('<I1'): n,
---          1..=8, the number of members; then three per member, in order:
---   [.] operation          'check' or 'settle'
---   [.] algorithm          decimal: 1 fixed window, 2 sliding counter, 3 token bucket,
---                          4 GCRA (a check may also name 5, sliding log)
---   [.] arguments          a check: exactly ARGV[1] of the member's single program (its
---                          packed cost, revision, max_clock_regression_ms,
---                          cleanup_grace_ms, parameters); a settlement: the same with the
---                          cost field holding the actual cost (0..=limit), followed by the
---                          hold, 13 bytes ('<I7I6'): estimate (0..=limit) and at_ms, the
---                          effective time it was charged at (any value for estimate 0).
+-- KEYS     [1..n] the members' state keys, in member order; [n+1] the reservation's record
+--          (reserve, settle, cancel). No other key is touched.
+-- ARGV     [1] the header, 2 bytes ('<I1I1'): n, 1..=8, the number of members, and the
+--          operation: 0 charge, 1 reserve, 2 settle, 3 cancel. Then:
+--   charge: three per member: 'check' or 'settle'; the algorithm code (decimal: 1 fixed
+--           window, 2 sliding counter, 3 token bucket, 4 GCRA; a check may also name 5,
+--           sliding log); the arguments: a check's exactly ARGV[1] of the member's single
+--           program (its packed cost, revision, max_clock_regression_ms,
+--           cleanup_grace_ms, parameters), a settlement's the same with the actual cost
+--           (0..=limit) in the cost's place, followed by the hold, 13 bytes ('<I7I6'):
+--           estimate (0..=limit) and at_ms (any value for estimate 0).
+--   reserve: [2] the ttl, 4 bytes ('<I4', 1..=86400000 ms); [3] a blob of the caller's
+--           (0..=65535 bytes, kept in the record); then two per member: the algorithm code
+--           (1..=4) and the single program's arguments with the estimate as the cost.
+--   settle, cancel: two per member: the algorithm code (1..=4) and the single program's
+--           arguments with the actual cost (cancel: 0) as the cost; the holds are the
+--           record's.
 --   Arguments after the last member are ignored (the test build reads `now` from the last).
 --
 -- Reply: {status, 0, index, row_1, ..., row_n}; the shape of rate-multi-v2.lua's reply:
---   status a bulk string, index 0 or the 1-based member the status concerns, and row_i the
---   member's seven-field reply (a nested array): a check's exactly as its single program
---   answers it, a settlement's {ALLOWED, server_now_ms, effective_now_ms, limit, remaining,
---   0, reset_at_ms} after it. Every row is present unless nothing was evaluated (an
---   INVALID header, operation, algorithm code, or missing arguments).
---   ALLOWED             every check admitted; every settlement written (SET ... PX ttl)
---   DENIED              a check denied; every settlement written all the same (the work
---                       is done)
+--   status a bulk string, index 0 or the 1-based member (n+1: the record) the status
+--   concerns, and row_i the member's seven-field reply (a nested array): a check's and a
+--   reservation's exactly as the single program answers it, a settlement's {ALLOWED,
+--   server_now_ms, effective_now_ms, limit, remaining, 0, reset_at_ms} after it. Every row
+--   is present unless nothing was evaluated (an INVALID header, operation, algorithm code
+--   or missing arguments, the record's statuses below).
+--   ALLOWED             every check (reserve: every member) admitted; charge, settle and
+--                       cancel: every settlement written; reserve: every member and the
+--                       record written
+--   DENIED              charge: a check denied, every settlement written all the same (the
+--                       work is done); reserve: a member denied, nothing written
 --   CLOCK_UNSAFE        member `index` (the first such) saw TIME too far behind its state;
---                       nothing written
+--                       nothing written (a reservation stays outstanding)
 --   STATE_INCOMPATIBLE  member `index` (the first refused one) holds state of another type,
---                       schema, algorithm or revision, or a field out of range; nothing
---                       written
+--                       schema, algorithm or revision, or a field out of range; or index
+--                       n+1: the record key holds something this program did not write for
+--                       n members (reserve: anything at all); nothing written
 --   INVALID             the header, or member `index`'s operation, algorithm or arguments,
 --                       are not acceptable; nothing written
+--   UNKNOWN, SETTLED, CANCELLED, EXPIRED (settle and cancel; no rows): the record is gone
+--                       (never made, or forgotten one ttl after its expiry), was settled,
+--                       was cancelled, or expired unsettled (it stays charged at its
+--                       estimates); nothing written
 --   STATE_INCOMPATIBLE and INVALID take precedence over CLOCK_UNSAFE.
 --
 -- State: one string per member key, exactly as the single programs write it: a settlement
 -- writes the compact layout when the values fit it, else the wide one, and the layout in
 -- overdraft (tag schema 2) exactly when it leaves an overdraft.
+-- The record: one string, PX twice the ttl (forgotten one ttl after its expiry; settle and
+-- cancel keep its TTL), of unsigned little-endian integers:
+--   header, 13 bytes ('<BBI6I4I1'): tag 0x52, status (0 outstanding, 1 settled,
+--          2 cancelled), expires_at_ms (TIME at the reservation + ttl), ttl_ms, n
+--   n holds, 13 bytes each ('<I7I6'): estimate, effective time it was charged at
+--   the caller's blob, prefixed by its length ('<I2')
+--   once settled, n results, 49 bytes each ('<I7I7I7I7I7I7I7'): the actual cost, then the
+--          settlement's row after its status (server_now_ms ... reset_at_ms)
 
 -- @time-source begin
 local t = redis.call('TIME')
@@ -1094,28 +1119,91 @@ local SETTLE = { ['1'] = settle_1, ['2'] = settle_2, ['3'] = settle_3, ['4'] = s
 
 local argv = ARGV
 local h = argv[1]
-if not h or #h ~= 1 then
+if not h or #h ~= 2 then
   return { 'INVALID', 0, 0 }
 end
-local n = struct.unpack('<I1', h)
-if n < 1 or n > 8 or #KEYS ~= n then
+local n, op = struct.unpack('<I1I1', h)
+-- Reserve, settle and cancel name the reservation's record after the members.
+if n < 1 or n > 8 or op > 3 or #KEYS ~= (op > 0 and n + 1 or n) then
   return { 'INVALID', 0, 0 }
 end
 
+-- Where the members' arguments start: per member (code, arguments) after `base`; a charge's
+-- are (operation, code, arguments) from ARGV[2].
+local base = 1
+local record
+if op == 1 then
+  local t, blob = argv[2], argv[3]
+  if not t or #t ~= 4 or not blob or #blob > 65535 then
+    return { 'INVALID', 0, 0 }
+  end
+  local ttl = struct.unpack('<I4', t)
+  if ttl < 1 or ttl > 86400000 then
+    return { 'INVALID', 0, 0 }
+  end
+  -- A fresh token names no record; anything there is not this reservation's.
+  if redis.pcall('GET', KEYS[n + 1]) then
+    return { 'STATE_INCOMPATIBLE', 0, n + 1 }
+  end
+  base = 3
+elseif op > 1 then
+  -- A wrong key type comes back as an error table, never raised.
+  local raw = redis.pcall('GET', KEYS[n + 1])
+  if not raw then
+    return { 'UNKNOWN', 0, 0 }
+  end
+  local len = type(raw) == 'string' and #raw or 0
+  if len < 15 + 13 * n then
+    return { 'STATE_INCOMPATIBLE', 0, n + 1 }
+  end
+  local tag, status, expires, _, rn = struct.unpack('<BBI6I4I1', raw)
+  if tag ~= 0x52 or rn ~= n or status > 2 then
+    return { 'STATE_INCOMPATIBLE', 0, n + 1 }
+  end
+  if status == 1 then
+    return { 'SETTLED', 0, 0 }
+  elseif status == 2 then
+    return { 'CANCELLED', 0, 0 }
+  end
+  if now >= expires then
+    return { 'EXPIRED', 0, 0 }
+  end
+  record = raw
+end
+
 -- Every member is evaluated (reads only); the first refused member, else the first
--- clock-unsafe one, decides the status; otherwise every settlement is written.
+-- clock-unsafe one, decides the status, and nothing is written. Otherwise a charge writes
+-- every settlement; a reservation writes its evaluations and its record only when every
+-- member admitted; settle and cancel write every settlement and end the record.
 local f8 = false
 local rows = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local values = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local ttls = { f8, f8, f8, f8, f8, f8, f8, f8 }
 local refused, unsafe, admitted = 0, 0, true
 for i = 1, n do
-  local op, code, a = argv[3 * i - 1], argv[3 * i], argv[3 * i + 1]
-  local f
-  if op == 'check' then
-    f = M[code]
-  elseif op == 'settle' then
-    f = SETTLE[code]
+  local f, a, writes
+  if op == 0 then
+    local o, code = argv[3 * i - 1], argv[3 * i]
+    a = argv[3 * i + 1]
+    if o == 'check' then
+      f = M[code]
+    elseif o == 'settle' then
+      f, writes = SETTLE[code], true
+    end
+  else
+    local code = argv[base + 2 * i - 1]
+    a = argv[base + 2 * i]
+    writes = true
+    if op == 1 then
+      -- A sliding log takes no reservations.
+      f = code ~= '5' and M[code]
+    else
+      f = SETTLE[code]
+      -- The member's hold, as the record keeps it (13 bytes after the 13-byte header).
+      if a then
+        a = a .. string.sub(record, 1 + 13 * i, 13 + 13 * i)
+      end
+    end
   end
   if not f or not a then
     return { 'INVALID', 0, i }
@@ -1123,7 +1211,7 @@ for i = 1, n do
   -- A wrong key type comes back as an error table, never raised.
   local row, value, ttl = f(a, now, redis.pcall('GET', KEYS[i]))
   rows[i] = row
-  if op == 'settle' then
+  if writes then
     values[i], ttls[i] = value, ttl
   end
   local s = row[1]
@@ -1145,11 +1233,36 @@ if refused > 0 then
   status, index = rows[refused][1], refused
 elseif unsafe > 0 then
   status, index = 'CLOCK_UNSAFE', unsafe
-else
+elseif op ~= 1 or admitted then
   for i = 1, n do
     if values[i] then
       redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
     end
+  end
+  if op == 1 then
+    -- The record: header, each hold (estimate, effective time charged at), the caller's
+    -- blob; kept until one ttl after its expiry.
+    local ttl = struct.unpack('<I4', argv[2])
+    local blob = argv[3]
+    local parts = { struct.pack('<BBI6I4I1', 0x52, 0, now + ttl, ttl, n) }
+    for i = 1, n do
+      local estimate = struct.unpack('<I7', argv[base + 2 * i])
+      parts[i + 1] = struct.pack('<I7I6', estimate, rows[i][3])
+    end
+    parts[n + 2] = struct.pack('<I2', #blob) .. blob
+    redis.call('SET', KEYS[n + 1], table.concat(parts), 'PX', 2 * ttl)
+  elseif op == 2 then
+    -- Settled: each actual cost and row appended, to answer a retry with.
+    local parts = { string.sub(record, 1, 1), '\1', string.sub(record, 3) }
+    for i = 1, n do
+      local r = rows[i]
+      local actual = struct.unpack('<I7', argv[base + 2 * i])
+      parts[i + 3] = struct.pack('<I7I7I7I7I7I7I7', actual, r[2], r[3], r[4], r[5], r[6], r[7])
+    end
+    redis.call('SET', KEYS[n + 1], table.concat(parts), 'KEEPTTL')
+  elseif op == 3 then
+    redis.call('SET', KEYS[n + 1], string.sub(record, 1, 1) .. '\2' .. string.sub(record, 3),
+      'KEEPTTL')
   end
 end
 return { status, 0, index, unpack(rows, 1, n) }

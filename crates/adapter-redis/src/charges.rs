@@ -46,8 +46,9 @@ impl ScriptArgs for SettleCall<'_> {
         for (_, key, _) in &self.members {
             resp::write_bulk(out, key.as_bytes());
         }
-        // At most 8 members (the request's bound), so the count fits its byte.
-        resp::write_bulk(out, &[self.members.len() as u8]);
+        // At most 8 members (the request's bound), so the count fits its byte; operation 0,
+        // a charge.
+        resp::write_bulk(out, &[self.members.len() as u8, 0]);
         for (plan, _, operation) in &self.members {
             match *operation {
                 Operation::Check => {

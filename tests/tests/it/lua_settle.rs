@@ -320,9 +320,11 @@ fn malformed_headers_operations_and_arguments_are_invalid_and_write_nothing() {
     let mut long = good[3].clone();
     long.push(0);
     for (at, value) in [
-        (0, pack(&[(0, 1)])),
-        (0, pack(&[(9, 1)])),
-        (0, pack(&[(1, 2)])),
+        (0, pack(&[(0, 1), (0, 1)])),
+        (0, pack(&[(9, 1), (0, 1)])),
+        (0, pack(&[(1, 1), (4, 1)])),
+        (0, pack(&[(1, 1)])),
+        (0, pack(&[(1, 3)])),
         (1, b"charge".to_vec()),
         (1, Vec::new()),
         (2, b"5".to_vec()),

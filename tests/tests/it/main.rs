@@ -31,6 +31,7 @@ mod lua_gate;
 mod lua_guarantees;
 mod lua_leases;
 mod lua_multi;
+mod lua_reservations;
 mod lua_settle;
 mod redis_batch;
 mod redis_conformance;
