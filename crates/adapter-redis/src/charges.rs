@@ -5,9 +5,7 @@
 //! or none of them (a clock unsafe for any member, an incompatible state).
 
 use redis::Value;
-use shared_contract::{
-    ChargeOutcome, ChargeRequest, EdgeRateLimitPort, MultiOutcome, RequestError,
-};
+use shared_contract::{ChargeOutcome, ChargeRequest, EdgeRateLimitPort, RequestError};
 
 use crate::plan::Plan;
 use crate::programs;
@@ -111,11 +109,6 @@ impl RedisProvider {
             &policies,
             request.deadline,
         );
-        let (outcome, reply) = match called.await {
-            Ok(answered) => answered,
-            Err(failed) => return Ok(failed),
-        };
-        let wrote = matches!(outcome, MultiOutcome::Evaluated(_)) && call.needs_ack(&reply.value);
-        Ok(self.acknowledged(outcome, wrote, &reply, &programs::SETTLE, policies[0]))
+        Ok(called.await.unwrap_or_else(|failed| failed))
     }
 }

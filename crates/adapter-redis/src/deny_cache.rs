@@ -283,6 +283,24 @@ impl DenyCache {
         self.entries_gauge.set(self.len() as f64);
     }
 
+    /// Drops the entry of `policy` for `subject`, if any: a refund (a reservation settled
+    /// below its estimate, or cancelled) freed what its denial proved was used.
+    pub fn forget(&self, policy: &RateLimitPolicy, subject: &SubjectDigest) {
+        let (id, revision) = (policy.id(), policy.revision());
+        let (mut shard, range) = self.set(id, revision, subject);
+        if shard.slots.is_empty() {
+            return;
+        }
+        for slot in &mut shard.slots[range] {
+            if slot.as_ref().is_some_and(|e| e.is(id, revision, subject)) {
+                *slot = None;
+                self.entries.fetch_sub(1, Ordering::Relaxed);
+            }
+        }
+        drop(shard);
+        self.publish();
+    }
+
     /// Drops every entry whose policy and revision `keep` refuses (a reload that removed a
     /// policy, changed its revision or stopped caching it).
     pub fn retain(&self, keep: impl Fn(&PolicyId, PolicyRevision) -> bool) {

@@ -29,7 +29,7 @@
 use base64::Engine as _;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use sha2::{Digest as _, Sha256};
-use shared_contract::{EvaluationId, RateLimitPolicy, SubjectDigest};
+use shared_contract::{EvaluationId, RateLimitPolicy, ReservationId, SubjectDigest};
 
 use crate::error::{Error, SettingsProblem};
 
@@ -41,6 +41,8 @@ const KEY_DOMAIN: &[u8] = b"rl-key-v1";
 const REPLAY_DOMAIN: &[u8] = b"rl-replay-v1";
 /// Bytes of SHA-256 kept in a replay key: 16 bytes = 22 base64url characters.
 const REPLAY_BYTES: usize = 16;
+/// Domain separation of reservation record keys.
+const RESERVATION_DOMAIN: &[u8] = b"rl-reservation-v1";
 /// Bytes of SHA-256 kept in the tag: 3 bytes = exactly 4 base64url characters.
 const TAG_BYTES: usize = 3;
 /// Bytes of SHA-256 kept in the digest: 12 bytes = exactly 16 base64url characters.
@@ -162,6 +164,27 @@ pub fn replay_key(prefix: &str, id: &EvaluationId, members: &[ReplayMember<'_>])
     key.push_str("}e:");
     URL_SAFE_NO_PAD.encode_string(&digest[..REPLAY_BYTES], &mut key);
     Some(key)
+}
+
+/// The record key of reservation `id`: `<prefix>:{tag}r:<digest>`, the tag of the id's
+/// subject (the reservation's first limit's, so it shares that limit's slot), the digest
+/// (16 bytes of SHA-256) over the subject and the token, so the token itself never appears
+/// in a key. It cannot equal a state key (no `:` after their tag) nor a replay key (`e:`).
+///
+/// `prefix` is the provider's checked key prefix.
+pub fn reservation_key(prefix: &str, id: &ReservationId) -> String {
+    let mut h = Sha256::new();
+    put_field(&mut h, RESERVATION_DOMAIN);
+    put_field(&mut h, id.subject.as_bytes());
+    put_field(&mut h, id.token.as_bytes());
+    let digest = h.finalize();
+    let mut key = String::with_capacity(prefix.len() + 5 + 4 + 22);
+    key.push_str(prefix);
+    key.push_str(":{");
+    push_subject_tag(&id.subject, &mut key);
+    key.push_str("}r:");
+    URL_SAFE_NO_PAD.encode_string(&digest[..REPLAY_BYTES], &mut key);
+    key
 }
 
 /// The fleet key of fleet `name`: `<prefix>:fleet:{<name>}`, the name its hash tag (one

@@ -74,6 +74,7 @@ pub mod programs;
 pub mod provider;
 pub mod reply;
 pub mod reply_multi;
+mod reservations;
 mod resp;
 pub mod script;
 mod sentinel;

@@ -88,10 +88,11 @@ use redis::Value;
 use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, ChargeOutcome, ChargeRequest,
-    Deadline, EdgeRateLimitPort, IncompatibleCategory, MultiDecision, MultiOutcome, MultiRequest,
-    Outcome, PolicyId, PolicySet, RandomTokens, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, TokenSource,
+    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, CancelOutcome, CancelRequest,
+    ChargeOutcome, ChargeRequest, Deadline, EdgeRateLimitPort, IncompatibleCategory, MultiDecision,
+    MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
+    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest, TokenSource,
 };
 
 use crate::acl::Needs;
@@ -380,8 +381,9 @@ impl RedisProvider {
 
     /// One call of a program of several members (`call` of `script`, on `slot`; `plans`
     /// and `policies` in member order), whose reply has the multi program's shape: what it
-    /// means with the reply; or, when the call failed or was not sent, what that means.
-    pub(crate) async fn call_members<'a>(
+    /// means (a decision that wrote without the acknowledgements `min_replicas_ack` asks
+    /// for is `Indeterminate`); or, when the call failed or was not sent, what that means.
+    pub(crate) async fn call_members<'a, U>(
         &self,
         script: &Script,
         call: &dyn ScriptArgs,
@@ -389,26 +391,51 @@ impl RedisProvider {
         plans: impl Iterator<Item = &'a Plan>,
         policies: &[&RateLimitPolicy],
         deadline: Deadline,
-    ) -> Result<(MultiOutcome, ScriptReply), MultiOutcome> {
-        let first = policies[0];
+    ) -> Result<MultiOutcome, Outcome<U>> {
+        let reply = self
+            .run_members(script, call, slot, policies[0], deadline)
+            .await?;
+        let outcome = self.read_members(&reply, plans, policies);
+        let wrote = matches!(outcome, MultiOutcome::Evaluated(_)) && call.needs_ack(&reply.value);
+        Ok(self.acknowledged(outcome, wrote, &reply, script, policies[0]))
+    }
+
+    /// Sends `call` of `script` on `slot` within `deadline`: its reply, or what the failure
+    /// means for `policy`.
+    pub(crate) async fn run_members<U>(
+        &self,
+        script: &Script,
+        call: &dyn ScriptArgs,
+        slot: u16,
+        policy: &RateLimitPolicy,
+        deadline: Deadline,
+    ) -> Result<ScriptReply, Outcome<U>> {
         let timeout = self.settings.command_timeout;
         let _permit = self
             .pool
             .admit(deadline, timeout)
-            .map_err(|category| self.failed(first, Failure::Unavailable(category)))?;
-        let reply = self
-            .pool
+            .map_err(|category| self.failed(policy, Failure::Unavailable(category)))?;
+        self.pool
             .run_script(script, slot, call, timeout)
             .await
-            .map_err(|failure| self.failed(first, failure))?;
-        let outcome = reply_multi::observed(&reply.value, policies, |r| {
+            .map_err(|failure| self.failed(policy, failure))
+    }
+
+    /// What a reply of the multi program's shape means for `policies` (`plans` in member
+    /// order, whose clock metrics it feeds); `Incompatible(reply)` when it makes no sense.
+    pub(crate) fn read_members<'a>(
+        &self,
+        reply: &ScriptReply,
+        plans: impl Iterator<Item = &'a Plan>,
+        policies: &[&RateLimitPolicy],
+    ) -> MultiOutcome {
+        reply_multi::observed(&reply.value, policies, |r| {
             ClockMetrics::multi(r, plans.map(|p| &p.clock));
         })
         .unwrap_or(MultiOutcome::Incompatible {
-            policy_id: first.id().clone(),
+            policy_id: policies[0].id().clone(),
             category: IncompatibleCategory::Reply,
-        });
-        Ok((outcome, reply))
+        })
     }
 
     /// `outcome`, unless its call `wrote` state without the replica acknowledgements
@@ -432,6 +459,16 @@ impl RedisProvider {
             return self.failed(policy, Failure::Indeterminate);
         }
         outcome
+    }
+
+    /// The pool every call of this provider goes through.
+    pub(crate) fn pool(&self) -> &Pool {
+        &self.pool
+    }
+
+    /// Where reservation tokens come from (lease tokens' source).
+    pub(crate) fn tokens(&self) -> &dyn TokenSource {
+        &*self.tokens
     }
 
     pub(crate) fn failed<T>(&self, policy: &RateLimitPolicy, failure: Failure) -> Outcome<T> {
@@ -580,7 +617,6 @@ impl EdgeRateLimitPort for RedisProvider {
             members.push((plan, plan.keys.state_key(&limit.subject), limit.cost.get()));
         }
         let slot = self.one_slot(members.iter().map(|(_, key, _)| key.as_str()))?;
-        let first = policies[0];
         let replay = match &request.evaluation_id {
             Some(id) => {
                 let digested: Vec<ReplayMember<'_>> = request
@@ -610,15 +646,14 @@ impl EdgeRateLimitPort for RedisProvider {
             &policies,
             request.deadline,
         );
-        let (outcome, reply) = match called.await {
-            Ok(answered) => answered,
+        let outcome = match called.await {
+            Ok(outcome) => outcome,
             Err(failed) => return Ok(failed),
         };
         if cached && let MultiOutcome::Evaluated(d) = &outcome {
             self.remember_denials(&request, &policies, d, sent);
         }
-        let allowed = matches!(&outcome, MultiOutcome::Evaluated(d) if d.allowed);
-        Ok(self.acknowledged(outcome, allowed, &reply, &programs::MULTI, first))
+        Ok(outcome)
     }
 
     async fn acquire_lease(&self, request: AcquireRequest) -> Result<AcquireOutcome, RequestError> {
@@ -632,6 +667,18 @@ impl EdgeRateLimitPort for RedisProvider {
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         let (policy, _) = self.policies.admit_lease(&request.lease.policy_id)?;
         Ok(self.leasing(policy.id())?.release(&request).await)
+    }
+
+    async fn reserve(&self, request: ReserveRequest) -> Result<ReserveOutcome, RequestError> {
+        self.reserve_limits(request).await
+    }
+
+    async fn settle(&self, request: SettleRequest) -> Result<SettleOutcome, RequestError> {
+        self.settle_reservation(request).await
+    }
+
+    async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
+        self.cancel_reservation(request).await
     }
 
     async fn charge(&self, request: ChargeRequest) -> Result<ChargeOutcome, RequestError> {

@@ -22,9 +22,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU8, AtomicU32, AtomicU64, Ordering};
 
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, ChargeOutcome, ChargeRequest, Clock, EdgeRateLimitPort,
-    MultiOutcome, MultiRequest, Outcome, PolicySet, RateLimitOutcome, RateLimitRequest, Readiness,
-    ReleaseOutcome, ReleaseRequest, RequestError, SystemClock, UnavailableCategory,
+    AcquireOutcome, AcquireRequest, CancelOutcome, CancelRequest, ChargeOutcome, ChargeRequest,
+    Clock, EdgeRateLimitPort, MultiOutcome, MultiRequest, Outcome, PolicySet, RateLimitOutcome,
+    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, ReserveOutcome,
+    ReserveRequest, SettleOutcome, SettleRequest, SystemClock, UnavailableCategory,
 };
 
 use crate::settings::BreakerSettings;
@@ -385,6 +386,52 @@ impl EdgeRateLimitPort for CircuitBreaker {
             self.inner.release_lease(request),
             || self.inner.policies().admit_lease(&check).map(|_| ()),
             |retry_after_ms| ReleaseOutcome::Unavailable {
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    async fn reserve(&self, request: ReserveRequest) -> Result<ReserveOutcome, RequestError> {
+        let check = request.clone();
+        let policy_id = request.limits.as_slice()[0].policy_id.clone();
+        self.guarded(
+            self.inner.reserve(request),
+            || self.inner.policies().admit_reservation(&check).map(|_| ()),
+            |retry_after_ms| ReserveOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    /// A settlement names no policy until its record is read: an open circuit refuses it
+    /// under the default policy's id (nothing is charged; the reservation stays outstanding).
+    async fn settle(&self, request: SettleRequest) -> Result<SettleOutcome, RequestError> {
+        let policy_id = self.policies().default_id().clone();
+        self.guarded(
+            self.inner.settle(request),
+            || Ok(()),
+            |retry_after_ms| SettleOutcome::Unavailable {
+                policy_id,
+                retry_after_ms,
+                category: UnavailableCategory::CircuitOpen,
+            },
+        )
+        .await
+    }
+
+    /// As [`Self::settle`].
+    async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
+        let policy_id = self.policies().default_id().clone();
+        self.guarded(
+            self.inner.cancel(request),
+            || Ok(()),
+            |retry_after_ms| CancelOutcome::Unavailable {
+                policy_id,
                 retry_after_ms,
                 category: UnavailableCategory::CircuitOpen,
             },

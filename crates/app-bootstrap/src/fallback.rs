@@ -37,10 +37,11 @@ use std::time::Duration;
 
 use adapter_local::{LocalProvider, LocalSettings};
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Certainty, ChargeOutcome, ChargeRequest, Clock, Deadline,
-    EdgeRateLimitPort, FailurePolicy, FleetShare, MultiDecision, MultiOutcome, MultiRequest,
-    Outcome, PolicyId, PolicySet, RateLimitDecision, RateLimitOutcome, RateLimitPolicy,
-    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, Source,
+    AcquireOutcome, AcquireRequest, CancelOutcome, CancelRequest, Certainty, ChargeOutcome,
+    ChargeRequest, Clock, Deadline, EdgeRateLimitPort, FailurePolicy, FleetShare, MultiDecision,
+    MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RateLimitDecision, RateLimitOutcome,
+    RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
+    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest, Source,
 };
 
 /// Where the fleet's size comes from (the Redis heartbeat's last count).
@@ -397,6 +398,21 @@ impl EdgeRateLimitPort for LocalFallback {
 
     async fn release_lease(&self, request: ReleaseRequest) -> Result<ReleaseOutcome, RequestError> {
         self.inner.release_lease(request).await
+    }
+
+    /// Reservations are the global provider's alone: a reservation the fallback held would
+    /// be unknown to Redis when it answers again (and to every other instance). A failure
+    /// is reported as it is; nothing is reserved then.
+    async fn reserve(&self, request: ReserveRequest) -> Result<ReserveOutcome, RequestError> {
+        self.inner.reserve(request).await
+    }
+
+    async fn settle(&self, request: SettleRequest) -> Result<SettleOutcome, RequestError> {
+        self.inner.settle(request).await
+    }
+
+    async fn cancel(&self, request: CancelRequest) -> Result<CancelOutcome, RequestError> {
+        self.inner.cancel(request).await
     }
 
     /// Charges after the work are the global provider's alone: a charge the fallback took

@@ -304,3 +304,8 @@ mod cluster_charges {
     use super::*;
     acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
 }
+
+mod cluster_reservations {
+    use super::*;
+    acceptance_tests::reservation_conformance_tests!(RedisTarget::new(settings));
+}

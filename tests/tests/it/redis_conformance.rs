@@ -23,3 +23,8 @@ mod redis_charges {
     use super::*;
     acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
 }
+
+mod redis_reservations {
+    use super::*;
+    acceptance_tests::reservation_conformance_tests!(RedisTarget::new(settings));
+}

@@ -425,3 +425,54 @@ async fn a_redis_restart_that_loses_state_is_never_an_extra_admission() {
         "{later:?}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refund_makes_this_instance_forget_its_cached_denial() {
+    let server = RedisServer::start();
+    let p = cached_policy(
+        "refunded",
+        AlgorithmKind::FixedWindow,
+        10,
+        Duration::from_secs(3600),
+    );
+    let provider = connect(settings(&server), vec![p.clone()]).await;
+    let s = subject(7);
+    let limits =
+        |cost| shared_contract::multi::Limits::new(vec![limit(&p, s, cost)]).expect("valid limits");
+    let reserved = provider
+        .reserve(shared_contract::ReserveRequest {
+            limits: limits(10),
+            ttl: shared_contract::reservation::ReservationTtl::from_millis(60_000).expect("ttl"),
+            deadline: acceptance_tests::conformance_leases::deadline(),
+        })
+        .await
+        .expect("valid");
+    let shared_contract::Outcome::Evaluated(shared_contract::Reserved { id: Some(id), .. }) =
+        reserved
+    else {
+        panic!("expected a reservation, got {reserved:?}");
+    };
+    assert!(
+        !decide(&provider, &p, s, 1).await.allowed,
+        "all 10 reserved"
+    );
+    let calls = program_calls(&server);
+    let cached = decide(&provider, &p, s, 1).await;
+    assert_eq!((cached.allowed, cached.source), (false, Source::LocalCache));
+    assert_eq!(program_calls(&server), calls);
+    let settled = provider
+        .settle(shared_contract::SettleRequest {
+            id,
+            actual: vec![4],
+            deadline: acceptance_tests::conformance_leases::deadline(),
+        })
+        .await
+        .expect("valid");
+    assert!(
+        matches!(settled, shared_contract::Outcome::Evaluated(Ok(_))),
+        "{settled:?}"
+    );
+    let after = decide(&provider, &p, s, 1).await;
+    assert!(after.allowed, "6 came back: {after:?}");
+    assert_eq!(after.remaining, 5);
+}

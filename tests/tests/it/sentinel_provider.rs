@@ -61,3 +61,8 @@ mod sentinel_charges {
     use super::*;
     acceptance_tests::charge_conformance_tests!(RedisTarget::new(settings));
 }
+
+mod sentinel_reservations {
+    use super::*;
+    acceptance_tests::reservation_conformance_tests!(RedisTarget::new(settings));
+}

@@ -225,6 +225,25 @@ fn retain_drops_the_entries_of_policies_a_reload_changed() {
 }
 
 #[test]
+fn forget_drops_one_keys_entry_after_a_refund() {
+    let cache = DenyCache::new(1_000);
+    let t0 = Instant::now();
+    let (p, other) = (policy("p", 1), policy("q", 1));
+    for n in 0..3 {
+        cache.record(&p, &subject(n), bound(1, 60_000), t0, t0);
+    }
+    cache.record(&other, &subject(1), bound(1, 60_000), t0, t0);
+    cache.forget(&p, &subject(1));
+    assert!(cache.lookup(&p, &subject(1), cost(1), t0).is_none());
+    assert!(cache.lookup(&p, &subject(2), cost(1), t0).is_some());
+    assert!(cache.lookup(&other, &subject(1), cost(1), t0).is_some());
+    assert_eq!(cache.len(), 3);
+    cache.forget(&p, &subject(1));
+    cache.forget(&policy("p", 2), &subject(2));
+    assert_eq!(cache.len(), 3, "nothing else to forget");
+}
+
+#[test]
 fn shards_hold_every_set_once() {
     for max in [1, 7, 8, 9, 511, 512, 513, 100_000] {
         let cache = DenyCache::new(max);

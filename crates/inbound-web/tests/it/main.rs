@@ -24,6 +24,7 @@ mod prometheus_rules;
 mod reload_local;
 mod reload_redis;
 mod reservations_local;
+mod reservations_redis;
 mod rls_interop;
 mod routes_local;
 mod shadow_local;

@@ -24,7 +24,11 @@ limit = 100000
 window = "24h"
 "#;
 
-async fn post(c: &reqwest::Client, url: String, body: String) -> (u16, serde_json::Value) {
+pub(crate) async fn post(
+    c: &reqwest::Client,
+    url: String,
+    body: String,
+) -> (u16, serde_json::Value) {
     let r = c.post(url).body(body).send().await.expect("an answer");
     let status = r.status().as_u16();
     (status, r.json().await.expect("JSON"))
@@ -32,7 +36,12 @@ async fn post(c: &reqwest::Client, url: String, body: String) -> (u16, serde_jso
 
 /// What `policy` has left for `subject` (an evaluation of cost 1, which charges it), and
 /// when its window resets.
-async fn remaining(c: &reqwest::Client, app: &App, policy: &str, subject: &str) -> (u64, u64) {
+pub(crate) async fn remaining(
+    c: &reqwest::Client,
+    app: &App,
+    policy: &str,
+    subject: &str,
+) -> (u64, u64) {
     let body = format!(r#"{{"policy":"{policy}","subject":"{subject}"}}"#);
     let (status, d) = post(c, app.url("/v1/evaluate"), body).await;
     assert_eq!(status, 200, "{d}");
