@@ -49,7 +49,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function member_1(A, now, RAW)
   local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
-  if not A or #A ~= 33 then
+  if not A or (#A ~= 33 and #A ~= 57) then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
@@ -57,6 +57,13 @@ local function member_1(A, now, RAW)
   if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
     or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local b0, b1, b2, b3
+  if #A == 57 then
+    b0, b1, b2, b3 = struct.unpack('<I6I6I6I6', A, 34)
+    if b0 >= b1 or b1 >= b2 or b2 >= b3 then
+      return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    end
   end
 
   -- A wrong key type comes back as an error table, never raised.
@@ -100,8 +107,19 @@ local function member_1(A, now, RAW)
     eff = last
   end
 
-  local window_start = eff - (eff - floor(eff / window) * window)
-  local reset_at = window_start + window
+  local window_start, reset_at
+  if not b0 then
+    window_start = eff - (eff - floor(eff / window) * window)
+    reset_at = window_start + window
+  elseif eff >= b0 and eff < b1 then
+    window_start, reset_at = b0, b1
+  elseif eff >= b1 and eff < b2 then
+    window_start, reset_at = b1, b2
+  elseif eff >= b2 and eff < b3 then
+    window_start, reset_at = b2, b3
+  else
+    return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
+  end
   local count = 0
   if last and last >= window_start then
     count = stored

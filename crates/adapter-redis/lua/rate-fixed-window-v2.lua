@@ -1,8 +1,8 @@
 -- rate-fixed-window-v2.lua: one fixed-window decision, atomically, on one key.
 --
 -- Mirrors shared-contract's model::fixed_window operation for operation. Windows are aligned
--- to the Unix epoch: [k * window_ms, (k + 1) * window_ms). Calling convention:
--- docs/lua-programs.md.
+-- to the Unix epoch: [k * window_ms, (k + 1) * window_ms), or are calendar periods whose
+-- bounds the caller sends. Calling convention: docs/lua-programs.md.
 --
 -- KEYS[1]  the state key; no other key is touched.
 -- ARGV[1]  the arguments packed in one string of 33 bytes: unsigned little-endian
@@ -13,6 +13,11 @@
 --   cleanup_grace_ms         I5  0..=2^40-1
 --   limit                    I7  1..=2^53-1
 --   window_ms                I5  1..=2^40-1
+--   or of 57 bytes for calendar periods: the same, then four window bounds b0 < b1 < b2 < b3
+--   (I6 each, Unix ms: the windows [b0, b1), [b1, b2), [b2, b3), the caller's previous,
+--   current and next period by its clock); the window is the one holding the effective
+--   time, and none holding it is CLOCK_UNSAFE (the caller's clock and TIME disagree by
+--   more than a period; retry_after_ms 1000).
 --   A width caps its field (I5: 2^40-1), so only the bounds a width does not imply are
 --   checked. Arguments after [1] are ignored (the test build reads `now` from the last one).
 --
@@ -49,7 +54,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
-if #KEYS ~= 1 or not A or #A ~= 33 then
+if #KEYS ~= 1 or not A or (#A ~= 33 and #A ~= 57) then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
@@ -57,6 +62,13 @@ local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I
 if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
   or now > 281474976710655 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
+end
+local b0, b1, b2, b3
+if #A == 57 then
+  b0, b1, b2, b3 = struct.unpack('<I6I6I6I6', A, 34)
+  if b0 >= b1 or b1 >= b2 or b2 >= b3 then
+    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
 end
 
 -- A wrong key type comes back as an error table, never raised.
@@ -100,8 +112,19 @@ if last and now < last then
   eff = last
 end
 
-local window_start = eff - (eff - floor(eff / window) * window)
-local reset_at = window_start + window
+local window_start, reset_at
+if not b0 then
+  window_start = eff - (eff - floor(eff / window) * window)
+  reset_at = window_start + window
+elseif eff >= b0 and eff < b1 then
+  window_start, reset_at = b0, b1
+elseif eff >= b1 and eff < b2 then
+  window_start, reset_at = b1, b2
+elseif eff >= b2 and eff < b3 then
+  window_start, reset_at = b2, b3
+else
+  return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
+end
 local count = 0
 if last and last >= window_start then
   count = stored

@@ -24,7 +24,9 @@
 --           program (its packed cost, revision, max_clock_regression_ms,
 --           cleanup_grace_ms, parameters), a settlement's the same with the actual cost
 --           (0..=limit) in the cost's place, followed by the hold, 13 bytes ('<I7I6'):
---           estimate (0..=limit) and at_ms (any value for estimate 0).
+--           estimate (0..=limit) and at_ms (any value for estimate 0). A fixed window of
+--           calendar periods sends its 57-byte arguments (the four bounds), as its single
+--           program takes them.
 --   reserve: [2] the ttl, 4 bytes ('<I4', 1..=86400000 ms); [3] a blob of the caller's
 --           (0..=65535 bytes, kept in the record); then two per member: the algorithm code
 --           (1..=4) and the single program's arguments with the estimate as the cost.
@@ -86,7 +88,7 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local function member_1(A, now, RAW)
   local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
-  if not A or #A ~= 33 then
+  if not A or (#A ~= 33 and #A ~= 57) then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
@@ -94,6 +96,13 @@ local function member_1(A, now, RAW)
   if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
     or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
+  end
+  local b0, b1, b2, b3
+  if #A == 57 then
+    b0, b1, b2, b3 = struct.unpack('<I6I6I6I6', A, 34)
+    if b0 >= b1 or b1 >= b2 or b2 >= b3 then
+      return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    end
   end
 
   -- A wrong key type comes back as an error table, never raised.
@@ -137,8 +146,19 @@ local function member_1(A, now, RAW)
     eff = last
   end
 
-  local window_start = eff - (eff - floor(eff / window) * window)
-  local reset_at = window_start + window
+  local window_start, reset_at
+  if not b0 then
+    window_start = eff - (eff - floor(eff / window) * window)
+    reset_at = window_start + window
+  elseif eff >= b0 and eff < b1 then
+    window_start, reset_at = b0, b1
+  elseif eff >= b1 and eff < b2 then
+    window_start, reset_at = b1, b2
+  elseif eff >= b2 and eff < b3 then
+    window_start, reset_at = b2, b3
+  else
+    return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
+  end
   local count = 0
   if last and last >= window_start then
     count = stored
@@ -694,11 +714,20 @@ local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member
 
 local function settle_1(A, now, RAW)
   local floor = math.floor
-  if not A or #A ~= 46 then
+  -- 33 bytes of fixed-window arguments (57 with calendar bounds), then the hold.
+  if not A or (#A ~= 46 and #A ~= 70) then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
-  local actual, revision, max_regression, grace, limit, window, estimate, at =
-    struct.unpack('<I7I4I5I5I7I5I7I6', A)
+  local actual, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
+  local b0, b1, b2, b3, estimate, at
+  if #A == 70 then
+    b0, b1, b2, b3, estimate, at = struct.unpack('<I6I6I6I6I7I6', A, 34)
+    if b0 >= b1 or b1 >= b2 or b2 >= b3 then
+      return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    end
+  else
+    estimate, at = struct.unpack('<I7I6', A, 34)
+  end
   if limit < 1 or actual > limit or estimate > limit or revision < 1
     or limit > 9007199254740991 or window < 1 or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -739,8 +768,26 @@ local function settle_1(A, now, RAW)
     eff = last
   end
 
-  local start = eff - (eff - floor(eff / window) * window)
-  local reset_at = start + window
+  -- The window holding t: from the epoch, or among the calendar bounds sent (nil when
+  -- none holds it).
+  local start, reset_at, held_start
+  if not b0 then
+    start = eff - (eff - floor(eff / window) * window)
+    reset_at = start + window
+    held_start = at - (at - floor(at / window) * window)
+  else
+    for _, w in ipairs({ { b0, b1 }, { b1, b2 }, { b2, b3 } }) do
+      if eff >= w[1] and eff < w[2] then
+        start, reset_at = w[1], w[2]
+      end
+      if at >= w[1] and at < w[2] then
+        held_start = w[1]
+      end
+    end
+    if not start then
+      return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
+    end
+  end
   local used = 0
   if last and last >= start then
     used = stored + over
@@ -753,7 +800,7 @@ local function settle_1(A, now, RAW)
     end
   else
     local back = 0
-    if at - (at - floor(at / window) * window) == start then
+    if held_start == start then
       back = estimate - actual
     end
     if back > used then

@@ -71,16 +71,6 @@ pub enum Error {
     /// under `event_gates.redis`.
     #[error("{}", Shown { section: Some("event_gates.redis"), problems: &.0.0 })]
     GateSettings(SettingsProblems),
-    /// A policy the Redis programs cannot enforce yet, named with why.
-    #[error("rate_limit.policies.{policy}.{key}: {reason}")]
-    UnsupportedPolicy {
-        /// The policy.
-        policy: shared_contract::PolicyId,
-        /// Its configuration key that asks for what is not supported.
-        key: &'static str,
-        /// What is not supported.
-        reason: &'static str,
-    },
 }
 
 impl From<SettingsProblem> for Error {

@@ -1,10 +1,12 @@
 //! A policy's plan: what each of its requests needs, computed once (its program, key hashes,
 //! packed arguments and clock metrics), and the single program's call.
 
-use std::time::Duration;
+use std::sync::Mutex;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use redis::Value;
-use shared_contract::RateLimitPolicy;
+use shared_contract::policy::calendar::Calendar;
+use shared_contract::{Algorithm, RateLimitPolicy};
 
 use crate::error::Error;
 use crate::failure::Failure;
@@ -33,6 +35,26 @@ pub(crate) struct Plan {
     bulk_header: Vec<u8>,
     /// The policy's clock metrics, fed by every reply of its member.
     pub(crate) clock: ClockMetrics,
+    /// A fixed window of calendar periods: its calendar, and the bounds last sent.
+    calendar: Option<(Calendar, Mutex<[u64; 4]>)>,
+}
+
+/// This machine's clock, Unix ms. Calendar bounds only need to hold Redis's `TIME` (the
+/// program picks the period holding it among the previous, current and next), so a clock
+/// within a period of Redis's is enough.
+fn wall_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+}
+
+/// The previous, current and next period of `calendar` around `t`: `[b0, b1)`, `[b1, b2)`,
+/// `[b2, b3)`; `None` where the calendar places no period (before 1970, after 9999).
+pub(crate) fn calendar_bounds(calendar: &Calendar, t: u64) -> Option<[u64; 4]> {
+    let (start, end) = calendar.bounds(t)?;
+    let (previous, _) = calendar.bounds(start.checked_sub(1)?)?;
+    let (_, next) = calendar.bounds(end)?;
+    Some([previous, start, end, next])
 }
 
 impl Plan {
@@ -46,7 +68,33 @@ impl Plan {
             packed,
             bulk_header,
             clock: ClockMetrics::new(policy.id()),
+            calendar: match policy.algorithm() {
+                Algorithm::FixedWindow(w) => w.calendar().map(|c| (c, Mutex::new([0; 4]))),
+                _ => None,
+            },
         })
+    }
+
+    /// The calendar bounds around this machine's clock, packed (24 bytes); empty for an
+    /// epoch-aligned policy, and for a clock the calendar cannot place (the program then
+    /// refuses the arguments, `INVALID`, rather than count epoch windows).
+    fn bounds(&self) -> Vec<u8> {
+        let Some((calendar, last)) = &self.calendar else {
+            return Vec::new();
+        };
+        let now = wall_ms();
+        let mut last = last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if !(last[1]..last[2]).contains(&now) {
+            match calendar_bounds(calendar, now) {
+                Some(bounds) => *last = bounds,
+                None => return vec![0],
+            }
+        }
+        last.iter()
+            .flat_map(|b| b.to_le_bytes()[..6].to_vec())
+            .collect()
     }
 
     /// Runs the single program for `cost` on `key` (of `slot`).
@@ -67,8 +115,16 @@ impl Plan {
             .await
     }
 
-    /// Appends `ARGV[1]` for `cost` as one RESP bulk string: the cost, then the fields.
+    /// Appends `ARGV[1]` for `cost` as one RESP bulk string: the cost, then the fields (and a
+    /// calendar window's bounds).
     pub(crate) fn write_arguments(&self, out: &mut Vec<u8>, cost: u64) {
+        if self.calendar.is_some() {
+            let mut bytes = programs::pack_cost(cost).to_vec();
+            bytes.extend_from_slice(&self.packed);
+            bytes.extend(self.bounds());
+            resp::write_bulk(out, &bytes);
+            return;
+        }
         out.extend_from_slice(&self.bulk_header);
         out.extend_from_slice(&programs::pack_cost(cost));
         out.extend_from_slice(&self.packed);
@@ -89,6 +145,7 @@ impl Plan {
         let mut bytes = Vec::with_capacity(programs::COST_WIDTH + self.packed.len() + 13);
         bytes.extend_from_slice(&programs::pack_cost(actual));
         bytes.extend_from_slice(&self.packed);
+        bytes.extend(self.bounds());
         bytes.extend_from_slice(&programs::settle_hold(estimate, at_ms));
         resp::write_bulk(out, &bytes);
     }
@@ -115,5 +172,58 @@ impl ScriptArgs for Evaluation<'_> {
     /// Only an allow consumed quota; a denial wrote nothing worth waiting for.
     fn needs_ack(&self, reply: &Value) -> bool {
         reply::is_allowed(reply)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use shared_contract::policy::calendar::CalendarUnit;
+
+    use super::*;
+
+    /// `ARGV[1]` as `write_arguments` writes it, without the RESP framing.
+    fn argument(plan: &Plan, cost: u64) -> Vec<u8> {
+        let mut out = Vec::new();
+        plan.write_arguments(&mut out, cost);
+        let body = out.splitn(2, |&b| b == b'\n').nth(1).expect("a bulk");
+        body[..body.len() - 2].to_vec()
+    }
+
+    #[test]
+    fn a_calendar_window_sends_the_periods_around_this_machines_clock() {
+        let month = RateLimitPolicy::calendar("quota", 10, CalendarUnit::Month)
+            .time_zone("Europe/Berlin")
+            .build()
+            .expect("valid");
+        let plan = Plan::new("rl", &month).expect("a plan");
+        let bytes = argument(&plan, 3);
+        assert_eq!(
+            bytes.len(),
+            57,
+            "33 bytes of fixed-window arguments and 4 bounds"
+        );
+        let b = |i: usize| {
+            let mut v = [0u8; 8];
+            v[..6].copy_from_slice(&bytes[33 + 6 * i..39 + 6 * i]);
+            u64::from_le_bytes(v)
+        };
+        let now = wall_ms();
+        assert!(b(0) < b(1) && b(1) <= now && now < b(2) && b(2) < b(3));
+        let Algorithm::FixedWindow(w) = month.algorithm() else {
+            panic!("a fixed window");
+        };
+        let calendar = w.calendar().expect("a calendar");
+        assert_eq!(calendar.bounds(now), Some((b(1), b(2))));
+        assert_eq!(calendar.bounds(b(1) - 1).map(|w| w.0), Some(b(0)));
+        // Sent again from the cache, the same.
+        assert_eq!(argument(&plan, 3), bytes);
+        // An epoch-aligned window sends its 33 bytes.
+        let hourly = RateLimitPolicy::fixed_window("api", 10)
+            .build()
+            .expect("valid");
+        assert_eq!(
+            argument(&Plan::new("rl", &hourly).expect("a plan"), 1).len(),
+            33
+        );
     }
 }

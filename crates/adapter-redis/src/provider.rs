@@ -88,11 +88,11 @@ use redis::Value;
 use shared_contract::model::DenialBound;
 use shared_contract::multi::replay_window_ms;
 use shared_contract::{
-    AcquireOutcome, AcquireRequest, Algorithm, AlgorithmKind, CancelOutcome, CancelRequest,
-    ChargeOutcome, ChargeRequest, Deadline, EdgeRateLimitPort, IncompatibleCategory, MultiDecision,
-    MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RandomTokens, RateLimitOutcome,
-    RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
-    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest, TokenSource,
+    AcquireOutcome, AcquireRequest, AlgorithmKind, CancelOutcome, CancelRequest, ChargeOutcome,
+    ChargeRequest, Deadline, EdgeRateLimitPort, IncompatibleCategory, MultiDecision, MultiOutcome,
+    MultiRequest, Outcome, PolicyId, PolicySet, RandomTokens, RateLimitOutcome, RateLimitPolicy,
+    RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError, ReserveOutcome,
+    ReserveRequest, SettleOutcome, SettleRequest, TokenSource,
 };
 
 use crate::acl::Needs;
@@ -174,19 +174,7 @@ pub struct RedisProvider {
 fn plans(prefix: &str, policies: &PolicySet) -> Result<HashMap<PolicyId, Arc<Plan>>, Error> {
     policies
         .iter()
-        .map(|p| {
-            if let Algorithm::FixedWindow(w) = p.algorithm()
-                && w.calendar().is_some()
-            {
-                return Err(Error::UnsupportedPolicy {
-                    policy: p.id().clone(),
-                    key: "window",
-                    reason: "calendar windows are kept by the local provider only so far; \
-                             the redis provider's programs count epoch-aligned windows",
-                });
-            }
-            Ok((p.id().clone(), Arc::new(Plan::new(prefix, p)?)))
-        })
+        .map(|p| Ok((p.id().clone(), Arc::new(Plan::new(prefix, p)?))))
         .collect()
 }
 
@@ -351,8 +339,6 @@ impl RedisProvider {
         self.plans.get(policy).map(|p| p.keys.state_key(subject))
     }
 
-    /// The outcome of a call of `policy`'s (or, for several limits, the first one's) that
-    /// `failure` stopped, for one limit or several alike.
     /// The plan of `policy`, one of this provider's.
     pub(crate) fn plan(&self, policy: &RateLimitPolicy) -> Result<&Plan, RequestError> {
         // Every policy of the set has a plan (built in `connect`); the error is unreachable.
@@ -471,6 +457,8 @@ impl RedisProvider {
         &*self.tokens
     }
 
+    /// The outcome of a call of `policy`'s (or, for several limits, the first one's) that
+    /// `failure` stopped, for one limit or several alike.
     pub(crate) fn failed<T>(&self, policy: &RateLimitPolicy, failure: Failure) -> Outcome<T> {
         let policy_id = policy.id().clone();
         let retry_after_ms = self.settings.retry_after_ms();
@@ -693,27 +681,5 @@ impl EdgeRateLimitPort for RedisProvider {
     /// cluster: every slot's master).
     async fn readiness(&self) -> Readiness {
         self.pool.readiness(self.settings.command_timeout).await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use shared_contract::policy::calendar::CalendarUnit;
-
-    use super::*;
-
-    #[test]
-    fn a_calendar_window_is_refused_naming_its_policy_and_key() {
-        let month = RateLimitPolicy::calendar("quota", 10, CalendarUnit::Month)
-            .build()
-            .expect("valid");
-        let id = month.id().clone();
-        let set = PolicySet::new(vec![month], id).expect("a set");
-        let e = plans("rl", &set).expect_err("not supported");
-        let shown = e.to_string();
-        assert!(
-            shown.starts_with("rate_limit.policies.quota.window: calendar windows"),
-            "{shown}"
-        );
     }
 }

@@ -14,7 +14,7 @@ use std::collections::{BTreeMap, HashMap};
 
 use acceptance_tests::lua::Program;
 use acceptance_tests::lua::{
-    BATCH_SOURCE, Loaded, Reply, arguments, encode_state, pack, test_build,
+    BATCH_SOURCE, Loaded, Reply, arguments_at, effective_time, encode_state, pack, test_build,
 };
 use acceptance_tests::redis_server::RedisServer;
 use proptest::prelude::*;
@@ -23,7 +23,9 @@ use redis::Value;
 use shared_contract::model::{self, AlgorithmState};
 use shared_contract::{Cost, RateLimitPolicy};
 
-use crate::lua_differential::{Step, any_policy, fail, next_now, pick, start_time, step};
+use crate::lua_cases::{
+    Step, any_policy, fail, last_ms, next_now, pick, start_time, step, unplaced,
+};
 
 /// One member of a batch: policy index, subject index, cost selector, and how it is sent.
 type Member = (usize, usize, (u8, u64), Sent);
@@ -45,14 +47,18 @@ fn key(case: u64, policy: usize, subject: usize) -> String {
 }
 
 /// The batch's ARGV: the packed header, then each member's code and packed arguments.
-fn batch_arguments(policies: &[RateLimitPolicy], members: &[(usize, u64, Sent)]) -> Vec<Vec<u8>> {
+/// Each member's time places a calendar window's bounds (its effective time).
+fn batch_arguments(
+    policies: &[RateLimitPolicy],
+    members: &[(usize, u64, Sent, u64)],
+) -> Vec<Vec<u8>> {
     let mut args = vec![pack(&[(members.len() as u64, 1)])];
-    for &(p, cost, sent) in members {
+    for &(p, cost, sent, t) in members {
         let policy = &policies[p];
         let code = Program::for_kind(policy.kind())
             .expect("a program")
             .algorithm_code();
-        let mut packed = arguments(policy, cost).remove(0);
+        let mut packed = arguments_at(policy, cost, t).remove(0);
         match sent {
             Sent::Good => args.push(code.to_string().into_bytes()),
             Sent::UnknownCode => args.push(b"9".to_vec()),
@@ -133,7 +139,16 @@ fn run_batch_case(
             })
             .collect();
         let keys: Vec<String> = members.iter().map(|m| key(case, m.0, m.1)).collect();
-        let sent: Vec<(usize, u64, Sent)> = members.iter().map(|m| (m.0, m.2, m.3)).collect();
+        let sent: Vec<(usize, u64, Sent, u64)> = members
+            .iter()
+            .map(|m| {
+                let last = states.get(&(m.0, m.1)).map(last_ms);
+                (m.0, m.2, m.3, effective_time(last, now))
+            })
+            .collect();
+        if sent.iter().any(|m| unplaced(&policies[m.0], m.3)) {
+            return Ok(());
+        }
         let mut args = batch_arguments(&policies, &sent);
         args.push(now.to_string().into_bytes());
         let mut distinct = keys.clone();
@@ -261,7 +276,7 @@ fn a_bad_header_or_a_short_batch_is_refused_whole_and_writes_nothing() {
         ),
     )
     .build();
-    let good = batch_arguments(std::slice::from_ref(&policy), &[(0, 1, Sent::Good)]);
+    let good = batch_arguments(std::slice::from_ref(&policy), &[(0, 1, Sent::Good, 0)]);
     let key = "rl:{batch}bad";
     let header = |n: u64| pack(&[(n, 1)]);
     let mut two_keys = good.clone();

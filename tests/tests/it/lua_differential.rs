@@ -17,324 +17,20 @@
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Layout, Loaded, MULTI_SOURCE, MultiReply, Program, Reply, arguments, decode_state,
-    encode_state, encode_state_as, multi_arguments, test_build,
+    Loaded, MULTI_SOURCE, Program, Reply, arguments_at, calendar_bounds, decode_state,
+    effective_time, encode_state, multi_arguments_at, test_build,
 };
 use acceptance_tests::redis_server::RedisServer;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestCaseError, TestRunner};
-use shared_contract::exact::{MAX_SAFE_INTEGER as MAX_SAFE, gcd};
 use shared_contract::model::multi::{Member, MultiVerdict};
-use shared_contract::model::{
-    self, AlgorithmState, FixedWindowState, GcraState, ModelError, SlidingLogState,
-    SlidingWindowState, TokenBucketState,
-};
-use shared_contract::policy::{
-    MAX_DURATION_MS, MAX_TIME_MS, SLIDING_LOG_MAX_LIMIT, SLIDING_WINDOW_SCALE,
-};
-use shared_contract::{
-    Algorithm, AlgorithmSpec, Cost, FailurePolicy, PolicyId, PolicyRevision, PolicySpec,
-    RateLimitPolicy,
-};
+use shared_contract::model::{self, ModelError, Verdict};
+use shared_contract::policy::MAX_TIME_MS;
+use shared_contract::{Cost, RateLimitPolicy};
 
-pub(crate) const CASES: u32 = 160;
-/// Milliseconds the server may spend inside one `EXEC` between `SET ... PX` and `PTTL`.
-pub(crate) const PTTL_TOLERANCE_MS: u64 = 25;
-
-/// A magnitude in `1..=max`, biased towards small values and the upper bound.
-fn mag(max: u64) -> BoxedStrategy<u64> {
-    let max = max.max(1);
-    prop_oneof![
-        3 => 1..=max.min(10),
-        3 => 1..=max.min(1000),
-        2 => 1..=max.min(1_000_000),
-        2 => max.saturating_sub(1000).max(1)..=max,
-        2 => 1..=max,
-    ]
-    .boxed()
-}
-
-/// Revision, cleanup grace, max clock regression and a max-cost selector.
-fn common() -> impl Strategy<Value = (u32, u64, u64, (u8, u64))> {
-    (
-        prop_oneof![Just(1u32), 1..=300u32, Just(u32::MAX)],
-        prop_oneof![Just(0u64), 0..=120_000u64, Just(MAX_DURATION_MS)],
-        prop_oneof![Just(0u64), 0..=5_000u64, Just(MAX_DURATION_MS)],
-        (0u8..4, any::<u64>()),
-    )
-}
-
-/// 1, `max`, or uniform in `1..=max`, by a selector.
-pub(crate) fn pick(sel: (u8, u64), max: u64) -> u64 {
-    match sel.0 {
-        0 => 1,
-        1 => max,
-        _ => 1 + sel.1 % max,
-    }
-}
-
-fn spec_limit(a: &AlgorithmSpec) -> u64 {
-    match a {
-        AlgorithmSpec::FixedWindow { limit, .. }
-        | AlgorithmSpec::CalendarWindow { limit, .. }
-        | AlgorithmSpec::SlidingWindow { limit, .. }
-        | AlgorithmSpec::SlidingLog { limit, .. } => *limit,
-        AlgorithmSpec::TokenBucket { capacity, .. } => *capacity,
-        AlgorithmSpec::Gcra { burst, .. } => *burst,
-        AlgorithmSpec::Concurrency { limit, .. } => *limit,
-    }
-}
-
-fn policy(
-    algorithm: impl Strategy<Value = AlgorithmSpec>,
-) -> impl Strategy<Value = RateLimitPolicy> {
-    (algorithm, common()).prop_filter_map(
-        "policy refused by validation",
-        |(algorithm, (revision, grace, regression, max_cost))| {
-            let limit = spec_limit(&algorithm);
-            RateLimitPolicy::new(PolicySpec {
-                id: PolicyId::new("diff").ok()?,
-                revision: PolicyRevision::new(revision).ok()?,
-                algorithm,
-                max_cost: pick(max_cost, limit),
-                cleanup_grace: Duration::from_millis(grace),
-                max_clock_regression: Duration::from_millis(regression),
-                failure_policy: FailurePolicy::FailClosed,
-            })
-            .ok()
-        },
-    )
-}
-
-fn fixed_window() -> impl Strategy<Value = AlgorithmSpec> {
-    (mag(MAX_SAFE), mag(MAX_DURATION_MS)).prop_map(|(limit, w)| AlgorithmSpec::FixedWindow {
-        limit,
-        window: Duration::from_millis(w),
-    })
-}
-
-fn sliding_window() -> impl Strategy<Value = AlgorithmSpec> {
-    let max = MAX_SAFE / SLIDING_WINDOW_SCALE;
-    (mag(max), mag(max)).prop_map(|(limit, w)| AlgorithmSpec::SlidingWindow {
-        limit,
-        window: Duration::from_millis(w),
-    })
-}
-
-fn token_bucket() -> impl Strategy<Value = AlgorithmSpec> {
-    (mag(MAX_SAFE), mag(MAX_DURATION_MS)).prop_flat_map(|(amount, interval)| {
-        let g = gcd(amount, interval);
-        let (scale, per_ms) = (interval / g, amount / g);
-        let by_duration = u128::from(MAX_DURATION_MS) * u128::from(per_ms) / u128::from(scale);
-        let cap_max = (MAX_SAFE / scale).min(u64::try_from(by_duration).unwrap_or(u64::MAX));
-        mag(cap_max).prop_map(move |capacity| AlgorithmSpec::TokenBucket {
-            capacity,
-            refill_amount: amount,
-            refill_interval: Duration::from_millis(interval),
-        })
-    })
-}
-
-fn gcra() -> impl Strategy<Value = AlgorithmSpec> {
-    (mag(MAX_SAFE), mag(MAX_DURATION_MS)).prop_flat_map(|(limit, period)| {
-        let g = gcd(limit, period);
-        let (interval, per_ms) = (period / g, limit / g);
-        let by_duration = u128::from(MAX_DURATION_MS) * u128::from(per_ms) / u128::from(interval);
-        let burst_max = (MAX_SAFE / interval).min(u64::try_from(by_duration).unwrap_or(u64::MAX));
-        mag(burst_max).prop_map(move |burst| AlgorithmSpec::Gcra {
-            limit,
-            period: Duration::from_millis(period),
-            burst,
-        })
-    })
-}
-
-fn sliding_log() -> impl Strategy<Value = AlgorithmSpec> {
-    (mag(SLIDING_LOG_MAX_LIMIT), mag(MAX_DURATION_MS)).prop_map(|(limit, w)| {
-        AlgorithmSpec::SlidingLog {
-            limit,
-            window: Duration::from_millis(w),
-        }
-    })
-}
-
-/// How the clock moves before a step.
-#[derive(Debug, Clone)]
-pub(crate) enum Step {
-    /// Forward 0..=3 ms.
-    Tiny(u64),
-    /// Forward `k/64` of the policy's reset horizon.
-    Frac(u64),
-    /// Forward up to 2^40-1 ms.
-    Huge(u64),
-    /// Back 0..=10 ms.
-    Back(u64),
-    /// To `max_clock_regression + d` (d in -1..=1) behind the stored last_ms.
-    BackAt(i64),
-    /// Back up to 2^40-1 ms.
-    BackFar(u64),
-}
-
-pub(crate) fn step() -> impl Strategy<Value = Step> {
-    prop_oneof![
-        4 => (0u64..=3).prop_map(Step::Tiny),
-        4 => (0u64..=96).prop_map(Step::Frac),
-        1 => (0..=MAX_DURATION_MS).prop_map(Step::Huge),
-        2 => (0u64..=10).prop_map(Step::Back),
-        2 => (-1i64..=1).prop_map(Step::BackAt),
-        1 => (0..=MAX_DURATION_MS).prop_map(Step::BackFar),
-    ]
-}
-
-pub(crate) fn next_now(step: &Step, now: u64, last: Option<u64>, policy: &RateLimitPolicy) -> u64 {
-    let horizon = policy.algorithm().reset_horizon_ms();
-    let t = match *step {
-        Step::Tiny(d) | Step::Huge(d) => now.saturating_add(d),
-        Step::Frac(k) => now.saturating_add(
-            u64::try_from(u128::from(horizon) * u128::from(k) / 64).unwrap_or(u64::MAX),
-        ),
-        Step::Back(d) | Step::BackFar(d) => now.saturating_sub(d),
-        Step::BackAt(d) => {
-            let base = last.unwrap_or(now);
-            let back = policy.max_clock_regression_ms().saturating_add_signed(d);
-            base.saturating_sub(back)
-        }
-    };
-    t.min(MAX_TIME_MS)
-}
-
-pub(crate) fn start_time() -> impl Strategy<Value = u64> {
-    prop_oneof![
-        0u64..=10_000,
-        1_700_000_000_000u64..=1_900_000_000_000,
-        (MAX_TIME_MS - 3 * MAX_DURATION_MS)..=MAX_TIME_MS,
-    ]
-}
-
-/// 0, `bound`, `bound + 1` (out of range) or uniform in `0..=bound`.
-fn field(sel: (u8, u64), bound: u64) -> u64 {
-    match sel.0 % 5 {
-        0 => 0,
-        1 | 2 => bound,
-        3 => bound + 1,
-        _ => sel.1 % (bound + 1),
-    }
-}
-
-/// Raw material for a planted state: whether to plant, last_ms offset from the start, field
-/// selectors, sliding-log entries (age step, cost).
-pub(crate) type Plant = (bool, i64, (u8, u64), (u8, u64), Vec<(u64, u64)>, bool);
-
-pub(crate) fn plant() -> impl Strategy<Value = Plant> {
-    (
-        any::<bool>(),
-        prop_oneof![-10i64..=10, -6_000i64..=6_000, -(1i64 << 41)..=(1i64 << 41),],
-        (any::<u8>(), any::<u64>()),
-        (any::<u8>(), any::<u64>()),
-        prop::collection::vec(
-            (
-                0u64..=u64::MAX,
-                prop_oneof![Just(0u64), 1u64..=3, 0u64..=1001],
-            ),
-            0..6,
-        ),
-        any::<bool>(),
-    )
-}
-
-fn planted_state(p: &Plant, start: u64, policy: &RateLimitPolicy) -> Option<AlgorithmState> {
-    let (yes, offset, a, b, entries, _) = p;
-    if !yes {
-        return None;
-    }
-    let last_ms = start.saturating_add_signed(*offset).min(MAX_TIME_MS);
-    // An overdraft (a settlement's state) one time in three, up to just past its bound; the
-    // field it needs at its bound (count at the limit, tokens 0) half of those times, so the
-    // rest are states no model writes.
-    let over = |bound: u64| {
-        if b.0 % 3 == 0 {
-            field((b.0 / 3, b.1), bound)
-        } else {
-            0
-        }
-    };
-    let most = |units_per_ms: u64| units_per_ms.saturating_mul(MAX_DURATION_MS).min(MAX_SAFE);
-    let pinned = |overdraft: u64, at: u64, otherwise: u64| {
-        if overdraft > 0 && b.1 % 2 == 0 {
-            at
-        } else {
-            otherwise
-        }
-    };
-    Some(match policy.algorithm() {
-        Algorithm::FixedWindow(q) => {
-            let overdraft = over(MAX_SAFE - q.limit());
-            AlgorithmState::FixedWindow(FixedWindowState {
-                last_ms,
-                count: pinned(overdraft, q.limit(), field(*a, q.limit())),
-                overdraft,
-            })
-        }
-        Algorithm::SlidingWindow(q) => {
-            // `b` is the current count here: the overdraft comes from the first entry.
-            let overdraft = match entries.first() {
-                Some(&(raw, sel)) if sel % 3 == 0 => raw % (MAX_SAFE - q.limit() + 2),
-                _ => 0,
-            };
-            let current = field(*b, q.limit());
-            AlgorithmState::SlidingWindow(SlidingWindowState {
-                last_ms,
-                previous: field(*a, q.limit()),
-                current: if overdraft > 0 && a.1 % 2 == 0 {
-                    q.limit()
-                } else {
-                    current
-                },
-                overdraft,
-            })
-        }
-        Algorithm::TokenBucket(q) => {
-            let overdraft = over(most(q.units_per_ms()) - q.capacity_units());
-            AlgorithmState::TokenBucket(TokenBucketState {
-                last_ms,
-                tokens: pinned(overdraft, 0, field(*a, q.capacity_units())),
-                overdraft,
-            })
-        }
-        Algorithm::Gcra(q) => {
-            let overdraft = over(most(q.units_per_ms()) - q.tolerance_units());
-            AlgorithmState::Gcra(GcraState {
-                last_ms,
-                debt: pinned(
-                    overdraft,
-                    q.tolerance_units(),
-                    field(*a, q.tolerance_units()),
-                ),
-                overdraft,
-            })
-        }
-        Algorithm::SlidingLog(q) => {
-            // Newest first: ages grow by each step (a step of 0 repeats a time: malformed).
-            let w = q.window_ms();
-            let mut age = 0u64;
-            let mut log = Vec::new();
-            for &(step, cost) in entries {
-                age = age.saturating_add(step % (2 * w + 1)).min(last_ms);
-                log.push((last_ms - age, cost % (q.limit() + 2)));
-            }
-            log.reverse();
-            AlgorithmState::SlidingLog(SlidingLogState {
-                last_ms,
-                entries: log,
-            })
-        }
-        // Leases have their own differential test (lua_leases.rs).
-        Algorithm::Concurrency(_) => return None,
-    })
-}
+use crate::lua_cases::*;
 
 type Case = (RateLimitPolicy, Plant, u64, Vec<(Step, (u8, u64))>);
 
@@ -381,40 +77,19 @@ fn differential(program: Program, policies: impl Strategy<Value = RateLimitPolic
             "{}: {status} reached too rarely: {seen:?}",
             program.file_name()
         );
+        // Calendar periods too, for the fixed window (their state checks are the epoch's).
+        let calendar = format!("calendar {status}");
+        let checked = program == Program::FixedWindow && status != "STATE_INCOMPATIBLE";
+        assert!(
+            program != Program::FixedWindow
+                || seen.get("calendar outside").is_some_and(|&n| n >= 3),
+            "calendar bounds that miss the effective time reached too rarely: {seen:?}"
+        );
+        assert!(
+            !checked || seen.get(&calendar).is_some_and(|&n| n >= 3),
+            "{calendar} reached too rarely: {seen:?}"
+        );
     }
-}
-
-/// Plants `plant` for `policy` at `key` (in the layout it selects, else the wide one); the
-/// state planted and its bytes, or neither when no layout can hold it.
-pub(crate) fn plant_at(
-    con: &mut redis::Connection,
-    key: &str,
-    policy: &RateLimitPolicy,
-    plant: &Plant,
-    start: u64,
-) -> Result<(Option<AlgorithmState>, Option<Vec<u8>>), TestCaseError> {
-    let _: () = redis::cmd("DEL").arg(key).query(con).map_err(fail)?;
-    let layout = if plant.5 {
-        Layout::Wide
-    } else {
-        Layout::Compact
-    };
-    let revision = policy.revision().get();
-    let Some(state) = planted_state(plant, start, policy) else {
-        return Ok((None, None));
-    };
-    let Ok(bytes) = encode_state_as(layout, revision, &state)
-        .or_else(|_| encode_state_as(Layout::Wide, revision, &state))
-        .or_else(|_| encode_state_as(Layout::Overdraft, revision, &state))
-    else {
-        return Ok((None, None));
-    };
-    let _: () = redis::cmd("SET")
-        .arg(key)
-        .arg(&bytes)
-        .query(con)
-        .map_err(fail)?;
-    Ok((Some(state), Some(bytes)))
 }
 
 fn run_case(
@@ -425,39 +100,24 @@ fn run_case(
     seen: &mut BTreeMap<String, u64>,
 ) -> Result<(), TestCaseError> {
     let revision = policy.revision().get();
-    let mut state = planted_state(&plant, start, &policy);
-    let mut stored: Option<Vec<u8>> = None;
-    let _: () = redis::cmd("DEL").arg(key).query(con).map_err(fail)?;
     // Planted in either layout (the wide one also holds what the compact one cannot); a
     // state neither can hold (a sliding-log entry older than 2^40 ms) is not planted.
-    let layout = if plant.5 {
-        Layout::Wide
-    } else {
-        Layout::Compact
-    };
-    let planted = state.as_ref().and_then(|s| {
-        encode_state_as(layout, revision, s)
-            .or_else(|_| encode_state_as(Layout::Wide, revision, s))
-            .or_else(|_| encode_state_as(Layout::Overdraft, revision, s))
-            .ok()
-    });
-    if planted.is_none() {
-        state = None;
-    }
-    if let Some(bytes) = planted {
-        let _: () = redis::cmd("SET")
-            .arg(key)
-            .arg(&bytes)
-            .query(con)
-            .map_err(fail)?;
-        stored = Some(bytes);
-    }
+    let (mut state, mut stored) = plant_at(con, key, &policy, &plant, start)?;
     let mut now = start;
     for (i, (step, cost_sel)) in steps.iter().enumerate() {
         let last = state.as_ref().map(last_ms);
         now = next_now(step, now, last, &policy);
         let cost = pick(*cost_sel, policy.max_cost().get());
-        let mut args = arguments(&policy, cost);
+        // A calendar window's bounds come from the caller's clock, which may be a little
+        // (or much) off the server's: the program picks the period holding its effective
+        // time among them, and answers CLOCK_UNSAFE when none does.
+        let eff = effective_time(state.as_ref().map(last_ms), now);
+        let t = eff.saturating_add_signed(skew(cost_sel.1)).min(MAX_TIME_MS);
+        if unplaced(&policy, eff) || unplaced(&policy, t) {
+            return Ok(());
+        }
+        let bounds = calendar_bounds(&policy, t);
+        let mut args = arguments_at(&policy, cost, t);
         args.push(now.to_string().into_bytes());
         let (reply, value, ttl): (redis::Value, Option<Vec<u8>>, i64) = redis::pipe()
             .atomic()
@@ -473,9 +133,30 @@ fn run_case(
             .map_err(fail)?;
         let reply = Reply::parse(&reply).map_err(fail)?;
         *seen.entry(reply.status.clone()).or_default() += 1;
+        if calendar_bounds(&policy, t).is_some() {
+            *seen
+                .entry(format!("calendar {}", reply.status))
+                .or_default() += 1;
+        }
         let at = format!("step {i} ({step:?}, now {now}, cost {cost}, state {state:?})");
         let cost = Cost::new(cost).map_err(fail)?;
+        let outside = |eff: u64| bounds.is_some_and(|b| eff < b[0] || eff >= b[3]);
         match model::evaluate(&policy, state.as_ref(), now, cost) {
+            Ok(e) if e.verdict != Verdict::ClockUnsafe && outside(e.effective_now_ms) => {
+                let eff = e.effective_now_ms;
+                let expected = Reply {
+                    status: "CLOCK_UNSAFE".into(),
+                    server_now_ms: now,
+                    effective_now_ms: eff,
+                    limit: e.limit,
+                    remaining: 0,
+                    retry_after_ms: 1000,
+                    reset_at_ms: eff,
+                };
+                prop_assert_eq!(&reply, &expected, "{}: outside the bounds {:?}", at, bounds);
+                prop_assert_eq!(&value, &stored, "{}: written outside the bounds", at);
+                *seen.entry("calendar outside".into()).or_default() += 1;
+            }
             Err(ModelError::StateIncompatible(why)) => {
                 let expected = Reply {
                     status: "STATE_INCOMPATIBLE".into(),
@@ -534,26 +215,6 @@ type MultiCase = (
     Vec<(Step, Vec<(u8, u64)>)>,
 );
 
-/// A policy of any algorithm that takes reservations (not a sliding log).
-pub(crate) fn reservable_policy() -> impl Strategy<Value = RateLimitPolicy> {
-    prop_oneof![
-        policy(fixed_window()),
-        policy(sliding_window()),
-        policy(token_bucket()),
-        policy(gcra()),
-    ]
-}
-
-pub(crate) fn any_policy() -> impl Strategy<Value = RateLimitPolicy> {
-    prop_oneof![
-        policy(fixed_window()),
-        policy(sliding_window()),
-        policy(token_bucket()),
-        policy(gcra()),
-        policy(sliding_log()),
-    ]
-}
-
 #[test]
 fn multi_program_equals_the_multi_model() {
     let server = RedisServer::shared();
@@ -599,34 +260,6 @@ fn multi_program_equals_the_multi_model() {
     }
 }
 
-/// Every key's value and PTTL after a step.
-pub(crate) type After = Vec<(Option<Vec<u8>>, i64)>;
-
-/// One call of the multi program and, in the same transaction, every key's value and PTTL
-/// (then PERSIST, so nothing expires between steps).
-pub(crate) fn multi_step(
-    con: &mut redis::Connection,
-    script: &Loaded,
-    keys: &[String],
-    args: &[Vec<u8>],
-) -> Result<(MultiReply, After), TestCaseError> {
-    let mut pipe = redis::pipe();
-    pipe.atomic().add_command(script.command_keys(keys, args));
-    for key in keys {
-        pipe.cmd("GET").arg(key).cmd("PTTL").arg(key);
-        pipe.cmd("PERSIST").arg(key).ignore();
-    }
-    let mut out: Vec<redis::Value> = pipe.query(con).map_err(fail)?;
-    let reply = MultiReply::parse(&out.remove(0)).map_err(fail)?;
-    let mut after = Vec::new();
-    for pair in out.chunks(2) {
-        let value: Option<Vec<u8>> = redis::from_redis_value(pair[0].clone()).map_err(fail)?;
-        let ttl: i64 = redis::from_redis_value(pair[1].clone()).map_err(fail)?;
-        after.push((value, ttl));
-    }
-    Ok((reply, after))
-}
-
 fn run_multi_case(
     con: &mut redis::Connection,
     script: &Loaded,
@@ -653,12 +286,11 @@ fn run_multi_case(
             .zip(cost_sels)
             .map(|((p, _), sel)| pick(*sel, p.max_cost().get()))
             .collect();
-        let call: Vec<(&RateLimitPolicy, u64)> = members
-            .iter()
-            .map(|(p, _)| p)
-            .zip(costs.iter().copied())
-            .collect();
-        let mut args = multi_arguments(&call, 0);
+        let sent = members.iter().zip(costs.iter().copied()).zip(&states);
+        let Some(call) = timed(sent.map(|(((p, _), c), s)| (p, c, s)), now) else {
+            return Ok(());
+        };
+        let mut args = multi_arguments_at(&call, 0);
         args.push(now.to_string().into_bytes());
         let (reply, after) = multi_step(con, script, &keys, &args)?;
         *seen.entry(reply.status.clone()).or_default() += 1;
@@ -737,21 +369,6 @@ fn run_multi_case(
         }
     }
     Ok(())
-}
-
-pub(crate) fn last_ms(s: &AlgorithmState) -> u64 {
-    match s {
-        AlgorithmState::FixedWindow(s) => s.last_ms,
-        AlgorithmState::SlidingWindow(s) => s.last_ms,
-        AlgorithmState::TokenBucket(s) => s.last_ms,
-        AlgorithmState::Gcra(s) => s.last_ms,
-        AlgorithmState::SlidingLog(s) => s.last_ms,
-        AlgorithmState::Concurrency(s) => s.latest_expiry_ms().unwrap_or(0),
-    }
-}
-
-pub(crate) fn fail(e: impl std::fmt::Display) -> TestCaseError {
-    TestCaseError::fail(e.to_string())
 }
 
 #[test]

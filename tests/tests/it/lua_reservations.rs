@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use acceptance_tests::lua::{
-    Loaded, MultiReply, Reply, SETTLE_SOURCE, arguments, encode_state, end_arguments, get_raw,
-    pack, reserve_arguments, test_build,
+    Loaded, MultiReply, Reply, SETTLE_SOURCE, arguments, encode_state, end_arguments,
+    end_arguments_at, get_raw, pack, reserve_arguments, reserve_arguments_at, test_build,
 };
 use acceptance_tests::rate::{TestPolicy, algorithm};
 use acceptance_tests::redis_server::RedisServer;
@@ -28,9 +28,9 @@ use shared_contract::model::reserve::{Hold, Settlement};
 use shared_contract::model::{AlgorithmState, Evaluation, ModelError, Verdict};
 use shared_contract::{AlgorithmKind, Cost, RateLimitPolicy};
 
-use crate::lua_differential::{
+use crate::lua_cases::{
     CASES, PTTL_TOLERANCE_MS, Plant, Step, fail, last_ms, multi_step, next_now, pick, plant,
-    plant_at, reservable_policy, start_time, step,
+    plant_at, reservable_policy, start_time, step, timed,
 };
 
 const BLOB: &[u8] = b"limits of the caller";
@@ -170,12 +170,11 @@ fn run_case(
         .map(|(p, sel)| pick(*sel, p.max_cost().get()))
         .collect();
     let ttl = [1, 1000, 86_400_000][usize::from(ttl_sel)];
-    let call: Vec<(&RateLimitPolicy, u64)> = policies
-        .iter()
-        .copied()
-        .zip(estimates.iter().copied())
-        .collect();
-    let mut args = reserve_arguments(&call, ttl, BLOB);
+    let sent = policies.iter().zip(estimates.iter().copied()).zip(&states);
+    let Some(call) = timed(sent.map(|((p, c), s)| (*p, c, s)), start) else {
+        return Ok(());
+    };
+    let mut args = reserve_arguments_at(&call, ttl, BLOB);
     args.push(start.to_string().into_bytes());
     let (reply, after) = multi_step(con, script, &keys, &args)?;
     *seen.entry(format!("reserve {}", reply.status)).or_default() += 1;
@@ -318,12 +317,14 @@ fn end_case(
             .collect()
     };
     let op = if cancel { "cancel" } else { "settle" };
-    let call: Vec<(&RateLimitPolicy, u64)> = policies
+    let sent = policies
         .iter()
-        .copied()
         .zip(actuals.iter().copied())
-        .collect();
-    let mut args = end_arguments(&call, cancel);
+        .zip(states.iter());
+    let Some(call) = timed(sent.map(|((p, c), s)| (*p, c, s)), now) else {
+        return Ok(());
+    };
+    let mut args = end_arguments_at(&call, cancel);
     args.push(now.to_string().into_bytes());
     let (reply, after) = multi_step(con, script, keys, &args)?;
     *seen.entry(format!("{op} {}", reply.status)).or_default() += 1;
@@ -432,13 +433,13 @@ fn ended_once(
     con: &mut redis::Connection,
     script: &Loaded,
     m: &Keyed,
-    (call, now): (&[(&RateLimitPolicy, u64)], u64),
+    (call, now): (&[(&RateLimitPolicy, u64, u64)], u64),
     (ended, record): (&str, &[u8]),
     at: &str,
 ) -> Result<(), TestCaseError> {
     let n = call.len();
     for cancel in [false, true] {
-        let mut args = end_arguments(call, cancel);
+        let mut args = end_arguments_at(call, cancel);
         args.push(now.to_string().into_bytes());
         let (reply, later) = multi_step(con, script, &m.keys, &args)?;
         prop_assert_eq!(

@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use acceptance_tests::lua::{
     Loaded, MultiReply, Program, Reply, SETTLE_SOURCE, SettleOp, arguments, encode_state, get_raw,
-    pack, settle_arguments, test_build,
+    pack, settle_arguments, settle_arguments_at, test_build,
 };
 use acceptance_tests::rate::{TestPolicy, algorithm};
 use acceptance_tests::redis_server::RedisServer;
@@ -29,9 +29,9 @@ use shared_contract::model::{self, AlgorithmState, Evaluation, ModelError, Verdi
 use shared_contract::policy::{MAX_DURATION_MS, MAX_TIME_MS};
 use shared_contract::{AlgorithmKind, Cost, RateLimitPolicy};
 
-use crate::lua_differential::{
-    CASES, PTTL_TOLERANCE_MS, Plant, Step, fail, last_ms, multi_step, next_now, pick, plant,
-    plant_at, reservable_policy, start_time,
+use crate::lua_cases::{
+    CASES, PTTL_TOLERANCE_MS, Plant, Step, calendar_policy, fail, last_ms, multi_step, next_now,
+    pick, plant, plant_at, reservable_policy, start_time, timed,
 };
 
 /// A member's operation in one step: check or settle, actual (or the check's cost), estimate,
@@ -98,6 +98,40 @@ fn model_step(
 
 #[test]
 fn settle_program_equals_the_models() {
+    let expected = [
+        "ALLOWED",
+        "DENIED",
+        "CLOCK_UNSAFE",
+        "STATE_INCOMPATIBLE",
+        "refunded",
+        "overdrawn",
+        "overdraft written",
+    ];
+    differential(
+        "any",
+        reservable_policy().boxed(),
+        start_time().boxed(),
+        &expected,
+    );
+}
+
+/// Calendar periods alone, in this century: refunds only while the hold's period is the
+/// current one, among the bounds the caller sent.
+#[test]
+fn calendar_settlements_equal_the_models() {
+    let times = (1_700_000_000_000u64..=1_900_000_000_000).boxed();
+    let expected = ["ALLOWED", "DENIED", "CLOCK_UNSAFE", "refunded", "overdrawn"];
+    differential("calendar", calendar_policy().boxed(), times, &expected);
+}
+
+/// Runs the differential on members of `policies` from `times`, its keys named by `name`
+/// (the tests share one server), requiring each of `expected` to be reached.
+fn differential(
+    name: &str,
+    policies: BoxedStrategy<RateLimitPolicy>,
+    times: BoxedStrategy<u64>,
+    expected: &[&str],
+) {
     let server = RedisServer::shared();
     let con = RefCell::new(server.connection());
     let variant = test_build("rate-settle-v1.lua", SETTLE_SOURCE).expect("a time block");
@@ -105,11 +139,11 @@ fn settle_program_equals_the_models() {
     let counter = RefCell::new(0u64);
     let seen = RefCell::new(BTreeMap::<String, u64>::new());
     let strategy = (
-        prop::collection::vec((reservable_policy(), plant()), 1..=4),
-        start_time(),
+        prop::collection::vec((policies, plant()), 1..=4),
+        times,
         prop::collection::vec(
             (
-                crate::lua_differential::step(),
+                crate::lua_cases::step(),
                 prop::collection::vec(op_sel(), 4..=4),
             ),
             1..16,
@@ -123,10 +157,11 @@ fn settle_program_equals_the_models() {
     let result = runner.run(&strategy, |case: SettleCase| {
         *counter.borrow_mut() += 1;
         let n = *counter.borrow();
+        let keys = format!("{name}{n}");
         run_case(
             &mut con.borrow_mut(),
             &script,
-            n,
+            &keys,
             case,
             &mut seen.borrow_mut(),
         )
@@ -136,17 +171,9 @@ fn settle_program_equals_the_models() {
     }
     let seen = seen.into_inner();
     eprintln!("rate-settle-v1.lua: {seen:?}");
-    for what in [
-        "ALLOWED",
-        "DENIED",
-        "CLOCK_UNSAFE",
-        "STATE_INCOMPATIBLE",
-        "refunded",
-        "overdrawn",
-        "overdraft written",
-    ] {
+    for what in expected {
         assert!(
-            seen.get(what).is_some_and(|&n| n >= 3),
+            seen.get(*what).is_some_and(|&n| n >= 3),
             "rate-settle-v1.lua: {what} reached too rarely: {seen:?}"
         );
     }
@@ -155,7 +182,7 @@ fn settle_program_equals_the_models() {
 fn run_case(
     con: &mut redis::Connection,
     script: &Loaded,
-    case_no: u64,
+    case_no: &str,
     (members, start, steps): SettleCase,
     seen: &mut BTreeMap<String, u64>,
 ) -> Result<(), TestCaseError> {
@@ -177,12 +204,11 @@ fn run_case(
             .zip(sels)
             .map(|((p, _), sel)| op_of(p, sel, now))
             .collect();
-        let call: Vec<(&RateLimitPolicy, SettleOp)> = members
-            .iter()
-            .map(|(p, _)| p)
-            .zip(ops.iter().copied())
-            .collect();
-        let mut args = settle_arguments(&call);
+        let sent = members.iter().zip(ops.iter().copied()).zip(&states);
+        let Some(call) = timed(sent.map(|(((p, _), op), s)| (p, op, s)), now) else {
+            return Ok(());
+        };
+        let mut args = settle_arguments_at(&call);
         args.push(now.to_string().into_bytes());
         let (reply, after) = multi_step(con, script, &keys, &args)?;
         *seen.entry(reply.status.clone()).or_default() += 1;

@@ -112,7 +112,8 @@ pub fn settle(
 ) -> Result<Settlement<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
         let (start, reset_at) = bounds(p, now)?;
-        let held = bounds(p, hold.at_ms)?.0 == start;
+        // A hold the calendar cannot place (no reservation's time) is not of this window.
+        let held = bounds(p, hold.at_ms).is_ok_and(|b| b.0 == start);
         let (used, change) = adjust(
             (used(state, start)?, MAX_SAFE_INTEGER),
             hold,

@@ -161,7 +161,8 @@ impl Calendar {
         let ms = |ts: Timestamp| u64::try_from(ts.as_millisecond()).ok();
         let offset_ms = i64::from(tz.to_offset(t).seconds()) * 1_000;
         let local = i64::try_from(t_ms).ok()? + offset_ms;
-        let mut start = t_ms - u64::try_from(local.rem_euclid(HOUR as i64)).ok()?;
+        // Before the epoch's first local hour there is no window (`None`, like beyond 9999).
+        let mut start = t_ms.checked_sub(u64::try_from(local.rem_euclid(HOUR as i64)).ok()?)?;
         let mut end = start + HOUR;
         // The last change at or before `t`, and the first after it.
         let after_t = Timestamp::from_millisecond(i64::try_from(t_ms + 1).ok()?).ok()?;
@@ -326,6 +327,11 @@ mod tests {
         assert_eq!(lower, cal(CalendarUnit::Day, "Europe/Berlin"));
         let c = cal(CalendarUnit::Day, "UTC");
         assert_eq!(c.bounds(crate::policy::MAX_TIME_MS), None);
+        // East of Greenwich the first local hour began before the epoch: no window, no
+        // arithmetic underflow.
+        let kolkata = cal(CalendarUnit::Hour, "Asia/Kolkata");
+        assert_eq!(kolkata.bounds(100), None);
+        assert_eq!(kolkata.bounds(1_800_000), Some((1_800_000, 5_400_000)));
         assert_eq!(c, cal(CalendarUnit::Day, "UTC"));
         assert_ne!(c, cal(CalendarUnit::Day, "Europe/Berlin"));
     }

@@ -84,11 +84,11 @@ impl Program {
     /// The production source, exactly as `adapter-redis` embeds it.
     pub fn source(self) -> &'static str {
         match self {
-            Program::FixedWindow => include_str!("../../lua/rate-fixed-window-v2.lua"),
-            Program::SlidingCounter => include_str!("../../lua/rate-sliding-counter-v2.lua"),
-            Program::TokenBucket => include_str!("../../lua/rate-token-bucket-v2.lua"),
-            Program::Gcra => include_str!("../../lua/rate-gcra-v2.lua"),
-            Program::SlidingLog => include_str!("../../lua/rate-sliding-log-v2.lua"),
+            Program::FixedWindow => include_str!("../../../lua/rate-fixed-window-v2.lua"),
+            Program::SlidingCounter => include_str!("../../../lua/rate-sliding-counter-v2.lua"),
+            Program::TokenBucket => include_str!("../../../lua/rate-token-bucket-v2.lua"),
+            Program::Gcra => include_str!("../../../lua/rate-gcra-v2.lua"),
+            Program::SlidingLog => include_str!("../../../lua/rate-sliding-log-v2.lua"),
         }
     }
 
@@ -166,115 +166,17 @@ pub fn test_build(name: &str, src: &str) -> Result<String, String> {
     ))
 }
 
+mod arguments;
+pub use arguments::*;
+
 /// The multi-limit program, exactly as `adapter-redis` embeds it.
-pub const MULTI_SOURCE: &str = include_str!("../../lua/rate-multi-v2.lua");
+pub const MULTI_SOURCE: &str = include_str!("../../../lua/rate-multi-v2.lua");
 
 /// The batch program, exactly as `adapter-redis` embeds it.
-pub const BATCH_SOURCE: &str = include_str!("../../lua/rate-batch-v2.lua");
+pub const BATCH_SOURCE: &str = include_str!("../../../lua/rate-batch-v2.lua");
 
 /// The settlement program, exactly as `adapter-redis` embeds it.
-pub const SETTLE_SOURCE: &str = include_str!("../../lua/rate-settle-v1.lua");
-
-/// What the settlement program does with one member.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettleOp {
-    /// Evaluates `cost` and writes nothing (the provider checks a cost of 1).
-    Check(u64),
-    /// Settles a hold of `estimate` charged at `at_ms` with the `actual` cost.
-    Settle {
-        actual: u64,
-        estimate: u64,
-        at_ms: u64,
-    },
-}
-
-/// ARGV of the settlement program for `members` (without the test build's trailing `now`):
-/// the packed member count, then per member its operation, its algorithm code and its
-/// packed arguments (a settlement's: the actual cost in the cost's place, then the hold,
-/// `<I7I6` estimate and at_ms).
-///
-/// # Panics
-/// For a policy of an algorithm without a program.
-pub fn settle_arguments(members: &[(&RateLimitPolicy, SettleOp)]) -> Vec<Vec<u8>> {
-    let mut args = vec![pack(&[(members.len() as u64, 1), (0, 1)])];
-    for (policy, op) in members {
-        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
-        let (name, packed) = match *op {
-            SettleOp::Check(cost) => ("check", pack(&argument_fields(policy, cost))),
-            SettleOp::Settle {
-                actual,
-                estimate,
-                at_ms,
-            } => {
-                let mut fields = argument_fields(policy, actual);
-                fields.extend([(estimate, 7), (at_ms, 6)]);
-                ("settle", pack(&fields))
-            }
-        };
-        args.push(name.as_bytes().to_vec());
-        args.push(program.algorithm_code().to_string().into_bytes());
-        args.push(packed);
-    }
-    args
-}
-
-/// ARGV of the settlement program's reserve operation for `members` (policy, estimate),
-/// `ttl_ms` and the caller's `blob` (without the test build's trailing `now`).
-///
-/// # Panics
-/// For a policy of an algorithm without a program.
-pub fn reserve_arguments(
-    members: &[(&RateLimitPolicy, u64)],
-    ttl_ms: u64,
-    blob: &[u8],
-) -> Vec<Vec<u8>> {
-    let mut args = vec![
-        pack(&[(members.len() as u64, 1), (1, 1)]),
-        pack(&[(ttl_ms, 4)]),
-        blob.to_vec(),
-    ];
-    args.extend(coded(members));
-    args
-}
-
-/// ARGV of the settlement program's settle (`cancel` false) or cancel operation for
-/// `members` (policy, actual cost; a cancel's are 0).
-///
-/// # Panics
-/// For a policy of an algorithm without a program.
-pub fn end_arguments(members: &[(&RateLimitPolicy, u64)], cancel: bool) -> Vec<Vec<u8>> {
-    let op = if cancel { 3 } else { 2 };
-    let mut args = vec![pack(&[(members.len() as u64, 1), (op, 1)])];
-    args.extend(coded(members));
-    args
-}
-
-/// Per member its algorithm code and its single-program arguments.
-fn coded(members: &[(&RateLimitPolicy, u64)]) -> Vec<Vec<u8>> {
-    let mut args = Vec::new();
-    for (policy, cost) in members {
-        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
-        args.push(program.algorithm_code().to_string().into_bytes());
-        args.extend(arguments(policy, *cost));
-    }
-    args
-}
-
-/// ARGV of the multi-limit program for `members` (policy, cost) and a replay window (0: no
-/// evaluation id), in the order of its header (without the test build's trailing `now`):
-/// the packed header, then per member its algorithm code and its packed arguments.
-///
-/// # Panics
-/// For a policy of an algorithm without a program.
-pub fn multi_arguments(members: &[(&RateLimitPolicy, u64)], replay_window_ms: u64) -> Vec<Vec<u8>> {
-    let mut args = vec![pack(&[(members.len() as u64, 1), (replay_window_ms, 4)])];
-    for (policy, cost) in members {
-        let program = Program::for_kind(policy.kind()).expect("a program for the algorithm");
-        args.push(program.algorithm_code().to_string().into_bytes());
-        args.extend(arguments(policy, *cost));
-    }
-    args
-}
+pub const SETTLE_SOURCE: &str = include_str!("../../../lua/rate-settle-v1.lua");
 
 /// Unsigned little-endian fields of the given byte widths, as the programs' headers lay out
 /// `ARGV[1]`.
@@ -358,12 +260,6 @@ pub fn argument_fields(policy: &RateLimitPolicy, cost: u64) -> Vec<(u64, usize)>
         Algorithm::Concurrency(p) => fields.extend([(p.limit(), 7), (p.lease_ttl_ms(), 5)]),
     }
     fields
-}
-
-/// ARGV for `policy` and `cost` (one packed string, `docs/lua-programs.md`), without the
-/// test build's trailing `now`.
-pub fn arguments(policy: &RateLimitPolicy, cost: u64) -> Vec<Vec<u8>> {
-    vec![pack(&argument_fields(policy, cost))]
 }
 
 /// The seven reply fields.
