@@ -16,6 +16,7 @@
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
 # three single token-bucket calls (goals: <= 1.25x the floor; multi <= 0.6x three singles).
+# `charge` is the settlement program charging one token-bucket member after the work.
 #
 #   bench/lua-programs/floor.sh    # N=200000 ROUNDS=3 CLIENTS=16 PIPELINE=4 RANGE=1000000
 #   ROUNDS=5 N=400000 bench/lua-programs/floor.sh
@@ -51,6 +52,10 @@ tb=${args[token-bucket]}
 # Three token-bucket members (algorithm 3), no evaluation id: the header (n, replay window),
 # then per member its algorithm code and packed argument.
 multi_args=("<I1I4=3,0" 3 "$tb" 3 "$tb" 3 "$tb")
+# The settlement program charging one token-bucket member after the work (operation 0): a
+# settlement of 1 against a hold of nothing, the token bucket's arguments then the hold
+# (estimate 0, at 0).
+charge_args=("<I1I1=1,0" settle 3 "<I7I4I5I5I7I5I7I7I6=1,1,2000,1000,100,600,1,0,0")
 
 single_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single.lua")")
 multi_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/multi-3.lua")")
@@ -61,6 +66,8 @@ for p in "${programs[@]}"; do
 done
 sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
 sha[multi-floor]=$multi_floor
+sha[charge]=$(cli SCRIPT LOAD "$(cat "$lua/rate-settle-v1.lua")")
+sha[charge-floor]=$(cli SCRIPT LOAD "$(cat "$here/floors/settle-1.lua")")
 
 # drive.py's arguments for a script: its sha, keys and ARGV.
 call() {
@@ -68,13 +75,15 @@ call() {
   if [ "$p" = multi ]; then
     drive --sha "${sha[$1]}" --key 'rl:a:{__rand_int__}' --key 'rl:b:{__rand_int__}' \
       --key 'rl:c:{__rand_int__}' "${@:2}" -- "${multi_args[@]}"
+  elif [ "$p" = charge ]; then
+    drive --sha "${sha[$1]}" --key 'rl:{__rand_int__}' "${@:2}" -- "${charge_args[@]}"
   else
     drive --sha "${sha[$1]}" --key 'rl:{__rand_int__}' "${@:2}" -- "${args[$p]}"
   fi
 }
 drive() { python3 "$here/drive.py" --port "$PORT" "$@"; }
 names=()
-for p in "${programs[@]}" multi; do names+=("$p" "$p-floor"); done
+for p in "${programs[@]}" multi charge; do names+=("$p" "$p-floor"); done
 
 # Each script must answer ALLOWED on a fresh key: a program refusing its arguments
 # (INVALID) would measure its cheapest path.
@@ -98,7 +107,7 @@ out="$DIR/figures"
 echo "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}'); N=$N ROUNDS=$ROUNDS c=$CLIENTS P=$PIPELINE r=$RANGE"
 printf '%-16s %5s %10s %10s %7s\n' program round usec floor ratio
 for round in $(seq 1 "$ROUNDS"); do
-  for p in "${programs[@]}" multi; do
+  for p in "${programs[@]}" multi charge; do
     u=$(measure "$p")
     f=$(measure "$p-floor")
     ratio=$(awk -v u="$u" -v f="$f" 'BEGIN { printf "%.2f", u / f }')
@@ -110,7 +119,7 @@ done
 echo
 echo "median over rounds:"
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for p in "${programs[@]}" multi; do
+for p in "${programs[@]}" multi charge; do
   r=$(awk -v p="$p" '$1 == p { printf "%.4f\n", $3 / $4 }' "$out" | median)
   printf '%-16s program/floor %.2f\n' "$p" "$r"
 done

@@ -32,6 +32,7 @@ fn the_floor_benchmark_measures_every_program_and_its_floor() {
         "gcra",
         "sliding-log",
         "multi",
+        "charge",
     ] {
         let summary = stdout
             .lines()
