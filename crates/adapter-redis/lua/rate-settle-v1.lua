@@ -768,25 +768,20 @@ local function settle_1(A, now, RAW)
     eff = last
   end
 
-  -- The window holding t: from the epoch, or among the calendar bounds sent (nil when
-  -- none holds it).
-  local start, reset_at, held_start
+  -- The window holding the effective time: from the epoch, or among the calendar bounds
+  -- sent (none holding it is CLOCK_UNSAFE, as in the single program).
+  local start, reset_at
   if not b0 then
     start = eff - (eff - floor(eff / window) * window)
     reset_at = start + window
-    held_start = at - (at - floor(at / window) * window)
+  elseif eff >= b0 and eff < b1 then
+    start, reset_at = b0, b1
+  elseif eff >= b1 and eff < b2 then
+    start, reset_at = b1, b2
+  elseif eff >= b2 and eff < b3 then
+    start, reset_at = b2, b3
   else
-    for _, w in ipairs({ { b0, b1 }, { b1, b2 }, { b2, b3 } }) do
-      if eff >= w[1] and eff < w[2] then
-        start, reset_at = w[1], w[2]
-      end
-      if at >= w[1] and at < w[2] then
-        held_start = w[1]
-      end
-    end
-    if not start then
-      return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
-    end
+    return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
   end
   local used = 0
   if last and last >= start then
@@ -799,8 +794,9 @@ local function settle_1(A, now, RAW)
       used = 9007199254740991
     end
   else
+    -- Only a hold of this window comes back.
     local back = 0
-    if held_start == start then
+    if at >= start and at < reset_at then
       back = estimate - actual
     end
     if back > used then

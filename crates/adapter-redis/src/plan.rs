@@ -75,13 +75,11 @@ impl Plan {
         })
     }
 
-    /// The calendar bounds around this machine's clock, packed (24 bytes); empty for an
-    /// epoch-aligned policy, and for a clock the calendar cannot place (the program then
-    /// refuses the arguments, `INVALID`, rather than count epoch windows).
-    fn bounds(&self) -> Vec<u8> {
-        let Some((calendar, last)) = &self.calendar else {
-            return Vec::new();
-        };
+    /// The calendar bounds around this machine's clock, packed (24 bytes): `None` for an
+    /// epoch-aligned policy; one byte for a clock the calendar cannot place, which makes the
+    /// arguments a length the program refuses (`INVALID`) rather than count epoch windows.
+    fn bounds(&self) -> Option<([u8; 24], usize)> {
+        let (calendar, last) = self.calendar.as_ref()?;
         let now = wall_ms();
         let mut last = last
             .lock()
@@ -89,12 +87,38 @@ impl Plan {
         if !(last[1]..last[2]).contains(&now) {
             match calendar_bounds(calendar, now) {
                 Some(bounds) => *last = bounds,
-                None => return vec![0],
+                None => return Some(([0; 24], 1)),
             }
         }
-        last.iter()
-            .flat_map(|b| b.to_le_bytes()[..6].to_vec())
-            .collect()
+        let mut out = [0; 24];
+        for (chunk, b) in out.chunks_mut(6).zip(last.iter()) {
+            chunk.copy_from_slice(&b.to_le_bytes()[..6]);
+        }
+        Some((out, 24))
+    }
+
+    /// Appends one RESP bulk string: `cost`, the packed fields, a calendar window's bounds,
+    /// and `tail` (a settlement's hold).
+    fn write_fields(&self, out: &mut Vec<u8>, cost: u64, tail: &[u8]) {
+        let bounds = self.bounds();
+        if bounds.is_none() && tail.is_empty() {
+            out.extend_from_slice(&self.bulk_header);
+        } else {
+            let len = programs::COST_WIDTH
+                + self.packed.len()
+                + bounds.as_ref().map_or(0, |(_, n)| *n)
+                + tail.len();
+            out.push(b'$');
+            out.extend_from_slice(itoa::Buffer::new().format(len).as_bytes());
+            out.extend_from_slice(b"\r\n");
+        }
+        out.extend_from_slice(&programs::pack_cost(cost));
+        out.extend_from_slice(&self.packed);
+        if let Some((bytes, n)) = &bounds {
+            out.extend_from_slice(&bytes[..*n]);
+        }
+        out.extend_from_slice(tail);
+        out.extend_from_slice(b"\r\n");
     }
 
     /// Runs the single program for `cost` on `key` (of `slot`).
@@ -118,21 +142,9 @@ impl Plan {
     /// Appends `ARGV[1]` for `cost` as one RESP bulk string: the cost, then the fields (and a
     /// calendar window's bounds).
     pub(crate) fn write_arguments(&self, out: &mut Vec<u8>, cost: u64) {
-        if self.calendar.is_some() {
-            let mut bytes = programs::pack_cost(cost).to_vec();
-            bytes.extend_from_slice(&self.packed);
-            bytes.extend(self.bounds());
-            resp::write_bulk(out, &bytes);
-            return;
-        }
-        out.extend_from_slice(&self.bulk_header);
-        out.extend_from_slice(&programs::pack_cost(cost));
-        out.extend_from_slice(&self.packed);
-        out.extend_from_slice(b"\r\n");
+        self.write_fields(out, cost, &[]);
     }
-}
 
-impl Plan {
     /// Appends a settlement member's arguments (`lua/rate-settle-v1.lua`) as one RESP bulk
     /// string: `actual` in the cost's place, the fields, then the hold.
     pub(crate) fn write_settle_arguments(
@@ -142,12 +154,8 @@ impl Plan {
         estimate: u64,
         at_ms: u64,
     ) {
-        let mut bytes = Vec::with_capacity(programs::COST_WIDTH + self.packed.len() + 13);
-        bytes.extend_from_slice(&programs::pack_cost(actual));
-        bytes.extend_from_slice(&self.packed);
-        bytes.extend(self.bounds());
-        bytes.extend_from_slice(&programs::settle_hold(estimate, at_ms));
-        resp::write_bulk(out, &bytes);
+        let hold = programs::settle_hold(estimate, at_ms);
+        self.write_fields(out, actual, hold.as_ref().map_or(&[][..], |h| &h[..]));
     }
 }
 
@@ -221,9 +229,25 @@ mod tests {
         let hourly = RateLimitPolicy::fixed_window("api", 10)
             .build()
             .expect("valid");
-        assert_eq!(
-            argument(&Plan::new("rl", &hourly).expect("a plan"), 1).len(),
-            33
-        );
+        let hourly = Plan::new("rl", &hourly).expect("a plan");
+        assert_eq!(argument(&hourly, 1).len(), 33);
+        // A settlement's arguments end with the 13-byte hold, after the bounds if any; a hold
+        // beyond its widths is left out, a length the program refuses.
+        let settle = |plan: &Plan, at_ms: u64| {
+            let mut out = Vec::new();
+            plan.write_settle_arguments(&mut out, 2, 5, at_ms);
+            let body = out
+                .splitn(2, |&b| b == b'\n')
+                .nth(1)
+                .expect("a bulk")
+                .to_vec();
+            body[..body.len() - 2].to_vec()
+        };
+        let held = settle(&plan, 7);
+        assert_eq!((held.len(), &held[1..57]), (70, &bytes[1..57]));
+        assert_eq!(held[0], 2, "the actual cost in the cost's place");
+        assert_eq!(&held[57..], &[5, 0, 0, 0, 0, 0, 0, 7, 0, 0, 0, 0, 0]);
+        assert_eq!(settle(&hourly, 7).len(), 46);
+        assert_eq!(settle(&hourly, 1 << 48).len(), 33);
     }
 }

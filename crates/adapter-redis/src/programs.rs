@@ -208,10 +208,17 @@ pub fn multi_header(members: usize, replay_window_ms: u64) -> Vec<u8> {
 }
 
 /// The hold a settlement member's arguments end with: its estimate (7 bytes) and the
-/// effective time it was charged at (6 bytes). A time beyond 2^48-1 (which no hold has: the
-/// models' clock ends below) empties it, which the program refuses as `INVALID`.
-pub fn settle_hold(estimate: u64, at_ms: u64) -> Vec<u8> {
-    pack(&[(estimate, 7), (at_ms, 6)])
+/// effective time it was charged at (6 bytes). `None` for a value beyond its width (which no
+/// hold has: estimates are costs below 2^53, the models' clock ends below 2^48); the caller
+/// then sends no hold, which the program refuses as `INVALID`.
+pub fn settle_hold(estimate: u64, at_ms: u64) -> Option<[u8; 13]> {
+    if estimate >> 56 != 0 || at_ms >> 48 != 0 {
+        return None;
+    }
+    let mut out = [0; 13];
+    out[..7].copy_from_slice(&estimate.to_le_bytes()[..7]);
+    out[7..].copy_from_slice(&at_ms.to_le_bytes()[..6]);
+    Some(out)
 }
 
 /// The cost as the first packed field of `ARGV[1]`. A cost is at most the policy's limit

@@ -207,17 +207,49 @@ impl ScriptArgs for EndCall<'_> {
     }
 }
 
-/// The record statuses of the program's settle and cancel (no rows).
-fn ended(value: &Value) -> Option<&'static str> {
-    let Value::Array(fields) = value else {
-        return None;
-    };
-    let Some(Value::BulkString(status)) = fields.first() else {
-        return None;
-    };
-    ["UNKNOWN", "SETTLED", "CANCELLED", "EXPIRED"]
-        .into_iter()
-        .find(|s| s.as_bytes() == status.as_slice())
+/// What the program's settle and cancel answer, instead of rows, about a record that is
+/// not outstanding (any longer).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// `UNKNOWN`: gone (never made, or forgotten one ttl after its expiry).
+    Unknown,
+    /// `SETTLED`: settled first.
+    Settled,
+    /// `CANCELLED`: cancelled first.
+    Cancelled,
+    /// `EXPIRED`: its ttl ended unsettled.
+    Expired,
+}
+
+impl Ended {
+    /// The record status a reply carries, if it is one.
+    fn of(value: &Value) -> Option<Ended> {
+        let Value::Array(fields) = value else {
+            return None;
+        };
+        let Some(Value::BulkString(status)) = fields.first() else {
+            return None;
+        };
+        Some(match status.as_slice() {
+            b"UNKNOWN" => Ended::Unknown,
+            b"SETTLED" => Ended::Settled,
+            b"CANCELLED" => Ended::Cancelled,
+            b"EXPIRED" => Ended::Expired,
+            _ => return None,
+        })
+    }
+
+    /// What it refuses (`record` says when it expired).
+    fn refusal(self, record: &Record) -> ReservationError {
+        match self {
+            Ended::Unknown => ReservationError::Unknown,
+            Ended::Settled => ReservationError::Settled,
+            Ended::Cancelled => ReservationError::Cancelled,
+            Ended::Expired => ReservationError::Expired {
+                expired_at_ms: record.expires_at_ms,
+            },
+        }
+    }
 }
 
 /// What an evaluated reservation answers: with its id when admitted.
@@ -364,13 +396,15 @@ impl RedisProvider {
 
     /// One settle or cancel call of `record` (at `key`, on `slot`) with `actual` per limit:
     /// the decision, or the record's status when it had ended, expired or vanished meanwhile.
+    /// The record's limits share its slot: the reservation was refused otherwise
+    /// (`SpansSlots`).
     async fn end_call<U>(
         &self,
         (record, key, slot): (&Record, String, u16),
         policies: &[&RateLimitPolicy],
         actual: &[u64],
         (cancel, deadline): (bool, shared_contract::Deadline),
-    ) -> Result<Result<MultiDecision, &'static str>, Outcome<U>> {
+    ) -> Result<Result<MultiDecision, Ended>, Outcome<U>> {
         let mut members = Vec::with_capacity(policies.len());
         for ((policy, (_, _, subject)), &actual) in policies.iter().zip(&record.limits).zip(actual)
         {
@@ -388,8 +422,8 @@ impl RedisProvider {
         let reply = self
             .run_members(&programs::SETTLE, &call, slot, policies[0], deadline)
             .await?;
-        if let Some(status) = ended(&reply.value) {
-            return Ok(Err(status));
+        if let Some(ended) = Ended::of(&reply.value) {
+            return Ok(Err(ended));
         }
         let plans = call.members.iter().map(|(plan, _, _)| *plan);
         let outcome = self.read_members(&reply, plans, policies);
@@ -443,11 +477,6 @@ impl RedisProvider {
                 })));
             }
         }
-        let keys = policies.iter().zip(&record.limits);
-        let keys: Vec<String> = keys
-            .map(|(p, (_, _, s))| self.plan(p).map(|plan| plan.keys.state_key(s)))
-            .collect::<Result<_, _>>()?;
-        self.one_slot(keys.iter().map(String::as_str).chain([key.as_str()]))?;
         let ended = self
             .end_call(
                 (&record, key, slot),
@@ -463,7 +492,7 @@ impl RedisProvider {
                 replayed: false,
             })),
             // A racing settle won: answer its result.
-            Ok(Err("SETTLED")) => match self.record(&request.id, request.deadline).await {
+            Ok(Err(Ended::Settled)) => match self.record(&request.id, request.deadline).await {
                 Ok((
                     _,
                     _,
@@ -475,7 +504,7 @@ impl RedisProvider {
                 Ok(_) => state_incompatible(policies[0]),
                 Err(failed) => failed,
             },
-            Ok(Err(status)) => Outcome::Evaluated(Err(refusal(status, &record))),
+            Ok(Err(ended)) => Outcome::Evaluated(Err(ended.refusal(&record))),
             Err(failed) => failed,
         })
     }
@@ -512,22 +541,10 @@ impl RedisProvider {
             .await;
         Ok(match ended {
             Ok(Ok(_)) => Outcome::Evaluated(Ok(Cancelled { replayed: false })),
-            Ok(Err("CANCELLED")) => Outcome::Evaluated(Ok(Cancelled { replayed: true })),
-            Ok(Err(status)) => Outcome::Evaluated(Err(refusal(status, &record))),
+            Ok(Err(Ended::Cancelled)) => Outcome::Evaluated(Ok(Cancelled { replayed: true })),
+            Ok(Err(ended)) => Outcome::Evaluated(Err(ended.refusal(&record))),
             Err(failed) => failed,
         })
-    }
-}
-
-/// What the record's status (`UNKNOWN`, `SETTLED`, `CANCELLED`, `EXPIRED`) refuses.
-fn refusal(status: &str, record: &Record) -> ReservationError {
-    match status {
-        "SETTLED" => ReservationError::Settled,
-        "CANCELLED" => ReservationError::Cancelled,
-        "EXPIRED" => ReservationError::Expired {
-            expired_at_ms: record.expires_at_ms,
-        },
-        _ => ReservationError::Unknown,
     }
 }
 

@@ -27,9 +27,7 @@ pub enum SettleOp {
 /// # Panics
 /// For a policy of an algorithm without a program.
 pub fn settle_arguments(members: &[(&RateLimitPolicy, SettleOp)]) -> Vec<Vec<u8>> {
-    let now = now_ms();
-    let timed: Vec<_> = members.iter().map(|&(p, op)| (p, op, now)).collect();
-    settle_arguments_at(&timed)
+    settle_arguments_at(&at_now(members))
 }
 
 /// [`settle_arguments`] with each member's calendar bounds around its time (its effective
@@ -68,7 +66,7 @@ fn now_ms() -> u64 {
 }
 
 /// Members with this machine's clock as their time.
-fn timed<'p, X: Copy>(members: &[(&'p RateLimitPolicy, X)]) -> Vec<(&'p RateLimitPolicy, X, u64)> {
+fn at_now<'p, X: Copy>(members: &[(&'p RateLimitPolicy, X)]) -> Vec<(&'p RateLimitPolicy, X, u64)> {
     let now = now_ms();
     members.iter().map(|&(p, x)| (p, x, now)).collect()
 }
@@ -83,7 +81,7 @@ pub fn reserve_arguments(
     ttl_ms: u64,
     blob: &[u8],
 ) -> Vec<Vec<u8>> {
-    reserve_arguments_at(&timed(members), ttl_ms, blob)
+    reserve_arguments_at(&at_now(members), ttl_ms, blob)
 }
 
 /// [`reserve_arguments`] with each member's calendar bounds around its time.
@@ -110,7 +108,7 @@ pub fn reserve_arguments_at(
 /// # Panics
 /// For a policy of an algorithm without a program.
 pub fn end_arguments(members: &[(&RateLimitPolicy, u64)], cancel: bool) -> Vec<Vec<u8>> {
-    end_arguments_at(&timed(members), cancel)
+    end_arguments_at(&at_now(members), cancel)
 }
 
 /// [`end_arguments`] with each member's calendar bounds around its time.
@@ -142,7 +140,7 @@ fn coded(members: &[(&RateLimitPolicy, u64, u64)]) -> Vec<Vec<u8>> {
 /// # Panics
 /// For a policy of an algorithm without a program.
 pub fn multi_arguments(members: &[(&RateLimitPolicy, u64)], replay_window_ms: u64) -> Vec<Vec<u8>> {
-    multi_arguments_at(&timed(members), replay_window_ms)
+    multi_arguments_at(&at_now(members), replay_window_ms)
 }
 
 /// [`multi_arguments`] with each member's calendar bounds around its time.
