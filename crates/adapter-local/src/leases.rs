@@ -36,10 +36,11 @@ impl LocalProvider {
         subject: &shared_contract::SubjectDigest,
     ) -> Result<(Key, u64), RequestError> {
         // Every policy of the set got a slot at construction.
-        let slot = *self
+        let slot = self
             .slots
             .get(policy.id())
-            .ok_or_else(|| RequestError::UnknownPolicy(policy.id().clone()))?;
+            .ok_or_else(|| RequestError::UnknownPolicy(policy.id().clone()))?
+            .slot;
         Ok((Key::new(slot.index, subject.as_bytes()), slot.lifetime_ms))
     }
 

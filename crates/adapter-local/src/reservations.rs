@@ -264,7 +264,8 @@ impl LocalProvider {
                 let slot = self
                     .slots
                     .get(p.id())
-                    .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
+                    .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?
+                    .slot;
                 Ok((Key::new(slot.index, subject.as_bytes()), slot.lifetime_ms))
             })
             .collect()

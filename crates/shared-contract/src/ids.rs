@@ -3,7 +3,6 @@
 
 use std::fmt;
 use std::num::NonZeroU64;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::exact::MAX_SAFE_INTEGER;
@@ -55,10 +54,15 @@ pub(crate) fn is_visible_ascii(value: &str, max_len: usize) -> bool {
 
 /// A policy identifier: 1..=64 characters of `[a-z0-9_-]`, safe in keys, metrics and logs.
 ///
-/// Shared (`Arc`), because every decision carries one: a clone is a reference count, not an
-/// allocation on the hot path.
-#[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct PolicyId(Arc<str>);
+/// Held inline (65 bytes), because every decision carries one: a clone is a copy of bytes,
+/// where an `Arc` would be two atomic operations on a count that every thread deciding for the
+/// policy shares (measured in the local provider: about a tenth of a decision on one thread,
+/// more on two).
+#[derive(Clone)]
+pub struct PolicyId {
+    len: u8,
+    bytes: [u8; PolicyId::MAX_LEN],
+}
 
 impl PolicyId {
     /// Largest accepted length in bytes.
@@ -69,7 +73,13 @@ impl PolicyId {
     /// `[a-z0-9_-]`.
     pub fn new(value: &str) -> Result<Self, IdError> {
         if is_name(value, Self::MAX_LEN) {
-            Ok(Self(value.into()))
+            let mut bytes = [0u8; Self::MAX_LEN];
+            bytes[..value.len()].copy_from_slice(value.as_bytes());
+            Ok(Self {
+                // At most MAX_LEN (64), checked above.
+                len: value.len() as u8,
+                bytes,
+            })
         } else {
             Err(IdError::PolicyId(value.chars().take(80).collect()))
         }
@@ -77,19 +87,54 @@ impl PolicyId {
 
     /// The id as given.
     pub fn as_str(&self) -> &str {
-        &self.0
+        // Only ever filled from a `&str` of ASCII, whole.
+        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+    }
+}
+
+impl PolicyId {
+    /// The id's bytes: what equality, order and hashing compare (ASCII, so the order is the
+    /// text's), without the UTF-8 check of [`Self::as_str`].
+    fn text_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+}
+
+impl PartialEq for PolicyId {
+    fn eq(&self, other: &Self) -> bool {
+        self.text_bytes() == other.text_bytes()
+    }
+}
+
+impl Eq for PolicyId {}
+
+impl std::hash::Hash for PolicyId {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.text_bytes().hash(state);
+    }
+}
+
+impl PartialOrd for PolicyId {
+    fn partial_cmp(&self, other: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl Ord for PolicyId {
+    fn cmp(&self, other: &Self) -> std::cmp::Ordering {
+        self.text_bytes().cmp(other.text_bytes())
     }
 }
 
 impl fmt::Display for PolicyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(&self.0)
+        f.write_str(self.as_str())
     }
 }
 
 impl fmt::Debug for PolicyId {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "PolicyId({})", self.0)
+        write!(f, "PolicyId({})", self.as_str())
     }
 }
 
@@ -273,6 +318,29 @@ mod tests {
         assert!(PolicyId::new("a b").is_err());
         assert!(PolicyId::new(&"a".repeat(64)).is_ok());
         assert!(PolicyId::new(&"a".repeat(65)).is_err());
+    }
+
+    /// Held inline, the id still compares, orders, hashes and prints as its text: a prefix
+    /// is another id, and the unused bytes never count.
+    #[test]
+    fn policy_id_behaves_as_its_text() {
+        use std::hash::BuildHasher;
+        let id = |s: &str| PolicyId::new(s).expect("valid id");
+        let long = "z".repeat(64);
+        for text in ["a", "ab", "abc", "b", long.as_str()] {
+            assert_eq!(id(text).as_str(), text);
+            assert_eq!(id(text).to_string(), text);
+            assert_eq!(id(text), id(text).clone());
+        }
+        assert_ne!(id("ab"), id("abc"));
+        let mut sorted = [id("b"), id("abc"), id(&long), id("ab")];
+        sorted.sort();
+        let texts: Vec<&str> = sorted.iter().map(PolicyId::as_str).collect();
+        assert_eq!(texts, ["ab", "abc", "b", long.as_str()]);
+        let hasher = std::collections::hash_map::RandomState::new();
+        assert_eq!(hasher.hash_one(id("abc")), hasher.hash_one(id("abc")));
+        assert_ne!(hasher.hash_one(id("ab")), hasher.hash_one(id("abc")));
+        assert_eq!(format!("{:?}", id("ab")), "PolicyId(ab)");
     }
 
     #[test]

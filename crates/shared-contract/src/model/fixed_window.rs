@@ -68,6 +68,7 @@ fn used(state: Option<&FixedWindowState>, start: u64) -> Result<u64, ModelError>
 ///
 /// # Errors
 /// [`ModelError`] when state does not fit `p` or the clock is out of range.
+#[inline]
 pub fn evaluate(
     p: &FixedWindowParams,
     rules: &Rules,

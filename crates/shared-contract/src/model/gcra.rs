@@ -90,6 +90,7 @@ fn remaining(p: &GcraParams, total: u64) -> Result<u64, ModelError> {
 ///
 /// # Errors
 /// [`ModelError`] when state does not fit `p` or the clock is out of range.
+#[inline]
 pub fn evaluate(
     p: &GcraParams,
     rules: &Rules,

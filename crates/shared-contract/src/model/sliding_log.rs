@@ -52,6 +52,7 @@ impl Stored for SlidingLogState {
 ///
 /// # Errors
 /// [`ModelError`] when state does not fit `p` or the clock is out of range.
+#[inline]
 pub fn evaluate(
     p: &SlidingLogParams,
     rules: &Rules,

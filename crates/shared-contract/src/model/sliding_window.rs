@@ -98,6 +98,7 @@ fn counts(
 ///
 /// # Errors
 /// [`ModelError`] when state does not fit `p` or the clock is out of range.
+#[inline]
 pub fn evaluate(
     p: &SlidingWindowParams,
     rules: &Rules,

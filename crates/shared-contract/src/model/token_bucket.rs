@@ -88,6 +88,7 @@ pub fn refill(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u
 ///
 /// # Errors
 /// [`ModelError`] when state does not fit `p` or the clock is out of range.
+#[inline]
 pub fn evaluate(
     p: &TokenBucketParams,
     rules: &Rules,

@@ -401,19 +401,31 @@ impl PolicySet {
         let policy = self
             .get(policy_id)
             .ok_or_else(|| RequestError::UnknownPolicy(policy_id.clone()))?;
-        if matches!(policy.algorithm(), Algorithm::Concurrency(_)) {
-            return Err(RequestError::ConcurrencyPolicy {
-                policy_id: policy_id.clone(),
-            });
-        }
-        if cost > policy.max_cost() {
-            return Err(RequestError::CostAboveMax {
-                policy_id: policy_id.clone(),
-                cost: cost.get(),
-                max_cost: policy.max_cost().get(),
-            });
-        }
+        policy.admit_cost(cost)?;
         Ok(policy)
+    }
+}
+
+impl RateLimitPolicy {
+    /// The checks [`PolicySet::admit`] makes once it has found this policy: for a provider
+    /// that finds the policy its own way (the local provider keeps it beside its slot).
+    ///
+    /// # Errors
+    /// [`RequestError::ConcurrencyPolicy`] or [`RequestError::CostAboveMax`].
+    pub fn admit_cost(&self, cost: Cost) -> Result<(), RequestError> {
+        if matches!(self.algorithm(), Algorithm::Concurrency(_)) {
+            return Err(RequestError::ConcurrencyPolicy {
+                policy_id: self.id().clone(),
+            });
+        }
+        if cost > self.max_cost() {
+            return Err(RequestError::CostAboveMax {
+                policy_id: self.id().clone(),
+                cost: cost.get(),
+                max_cost: self.max_cost().get(),
+            });
+        }
+        Ok(())
     }
 }
 
