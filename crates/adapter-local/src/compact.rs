@@ -53,6 +53,15 @@ impl Compact {
         }
     }
 
+    /// The time of the state's last write, when it is at hand without unpacking (`None` for
+    /// a boxed state).
+    pub(crate) fn written_at_ms(&self) -> Option<u64> {
+        match self {
+            Self::Inline { head, .. } => Some(head.get() & TIME_MASK),
+            Self::Boxed(_) => None,
+        }
+    }
+
     /// The state: built on the stack for an inline one, borrowed for a boxed one.
     pub(crate) fn unpack(&self) -> Cow<'_, AlgorithmState> {
         match self {
@@ -141,6 +150,9 @@ mod tests {
         for state in states {
             let packed = Compact::pack(state.clone());
             assert_eq!(*packed.unpack(), state);
+            if let Some(at) = packed.written_at_ms() {
+                assert_eq!(Some(at), last_ms(&state), "{state:?}");
+            }
         }
         let inline = Compact::pack(AlgorithmState::TokenBucket(TokenBucketState {
             last_ms: 0,
@@ -148,6 +160,17 @@ mod tests {
             overdraft: 0,
         }));
         assert!(matches!(inline, Compact::Inline { .. }), "{inline:?}");
+    }
+
+    fn last_ms(state: &AlgorithmState) -> Option<u64> {
+        match state {
+            AlgorithmState::FixedWindow(s) => Some(s.last_ms),
+            AlgorithmState::SlidingWindow(s) => Some(s.last_ms),
+            AlgorithmState::TokenBucket(s) => Some(s.last_ms),
+            AlgorithmState::Gcra(s) => Some(s.last_ms),
+            AlgorithmState::SlidingLog(s) => Some(s.last_ms),
+            AlgorithmState::Concurrency(_) => None,
+        }
     }
 
     #[test]

@@ -37,9 +37,9 @@
 //! per-key serialized read-modify-write, `and_compute_with`, reaches 0.06-0.19 of governor's
 //! keyed throughput with a p99 of 31-72 µs, because every allow is a cache write replayed
 //! through moka's maintenance queues. The sharded map of the `store` module (a lock per shard,
-//! state inline, expiry by the injected clock, CLOCK eviction) is 7-15 times faster (0.95-1.03
-//! of governor on 1,000,000 keys, 0.6-0.8 on one hot key; p99 0.2 µs on a hot key and 0.9 µs
-//! on 1,000,000 keys), so it is used instead.
+//! state inline, expiry by the injected clock, CLOCK eviction) is 7-15 times faster (level
+//! with governor on 1,000,000 keys, 0.7-0.8 of it on one hot key; p99 0.2 µs on a hot key and
+//! 0.8 µs on 1,000,000 keys), so it is used instead.
 //!
 //! # Sources and certainty
 //!
