@@ -246,7 +246,12 @@ impl Shard {
     }
 
     fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
-        let hash = self.hash(key);
+        self.get_mut_hashed(self.hash(key), key)
+    }
+
+    /// [`Self::get_mut`] with the key's hash already made (by the store, which picked the
+    /// shard with it: every shard shares the store's hasher).
+    fn get_mut_hashed(&mut self, hash: u64, key: &Key) -> Option<&mut Entry> {
         self.map.find_mut(hash, |(k, _)| k == key).map(|(_, e)| e)
     }
 
@@ -391,15 +396,16 @@ impl Store {
         }
     }
 
-    fn shard(&self, key: &Key) -> &Mutex<Shard> {
-        &self.shards[self.shard_index(key)]
+    fn shard_index(&self, key: &Key) -> usize {
+        self.shard_of(self.hasher.hash_one(key))
     }
 
-    fn shard_index(&self, key: &Key) -> usize {
+    /// The shard of a key whose hash is `hash`.
+    fn shard_of(&self, hash: u64) -> usize {
         // Bits 16..48 pick the shard (multiply-shift: no modulo bias worth speaking of).
         // Inside the shard hashbrown uses the low bits (bucket) and the top 7 (tag), which
         // therefore stay independent of the shard.
-        let h = u64::from((self.hasher.hash_one(key) >> 16) as u32);
+        let h = u64::from((hash >> 16) as u32);
         ((h * self.shards.len() as u64) >> 32) as usize
     }
 
@@ -469,8 +475,9 @@ impl Store {
         f: impl FnOnce(Option<&AlgorithmState>, u64) -> (Option<AlgorithmState>, R),
     ) -> R {
         let read = clock.now_ms();
-        let mut shard = self.shard(&key).lock();
-        if let Some(entry) = shard.get_mut(&key) {
+        let hash = self.hasher.hash_one(key);
+        let mut shard = self.shards[self.shard_of(hash)].lock();
+        if let Some(entry) = shard.get_mut_hashed(hash, &key) {
             let now = match entry.state.written_at_ms() {
                 Some(at) if at <= read => read,
                 _ => clock.now_ms(),
