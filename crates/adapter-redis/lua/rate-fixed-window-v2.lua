@@ -72,12 +72,13 @@ if #A == 57 then
 end
 
 -- A wrong key type comes back as an error table, never raised.
+-- @state begin
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
+local over = 0
 if raw then
   local n = type(raw) == 'string' and #raw
   local tag, rev
-  local over = 0
   if n == 12 then
     tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
     if tag ~= 0x91 then
@@ -111,6 +112,7 @@ if last and now < last then
   end
   eff = last
 end
+-- @state end
 
 local window_start, reset_at
 if not b0 then

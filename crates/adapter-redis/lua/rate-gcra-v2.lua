@@ -74,6 +74,7 @@ if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
 end
 
 -- A wrong key type comes back as an error table, never raised.
+-- @state begin
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
 local over = 0
@@ -118,6 +119,7 @@ if last and now < last then
   end
   eff = last
 end
+-- @state end
 
 local debt = 0
 if last then

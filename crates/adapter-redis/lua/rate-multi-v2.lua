@@ -77,10 +77,10 @@ local function member_1(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, stored
+  local over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
-    local over = 0
     if n == 12 then
       tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
       if tag ~= 0x91 then
@@ -166,6 +166,7 @@ local function member_2(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, s_previous, s_current
+  local s_over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
@@ -180,9 +181,9 @@ local function member_2(A, now, RAW)
         n = nil
       end
     elseif n == 28 then
-      local over
-      tag, last, rev, s_previous, s_current, over = struct.unpack('<BI6I4I5I5I7', raw)
-      if tag ~= 0x22 or (over > 0 and s_current ~= limit) or over > 9007199254740991 - limit then
+      tag, last, rev, s_previous, s_current, s_over = struct.unpack('<BI6I4I5I5I7', raw)
+      if tag ~= 0x22 or (s_over > 0 and s_current ~= limit)
+        or s_over > 9007199254740991 - limit then
         n = nil
       end
     else

@@ -108,10 +108,10 @@ local function member_1(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, stored
+  local over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
-    local over = 0
     if n == 12 then
       tag, last, rev, stored = struct.unpack('<BI6I1I4', raw)
       if tag ~= 0x91 then
@@ -197,6 +197,7 @@ local function member_2(A, now, RAW)
   -- A wrong key type comes back as an error table, never raised.
   local raw = RAW
   local last, s_previous, s_current
+  local s_over = 0
   if raw then
     local n = type(raw) == 'string' and #raw
     local tag, rev
@@ -211,9 +212,9 @@ local function member_2(A, now, RAW)
         n = nil
       end
     elseif n == 28 then
-      local over
-      tag, last, rev, s_previous, s_current, over = struct.unpack('<BI6I4I5I5I7', raw)
-      if tag ~= 0x22 or (over > 0 and s_current ~= limit) or over > 9007199254740991 - limit then
+      tag, last, rev, s_previous, s_current, s_over = struct.unpack('<BI6I4I5I5I7', raw)
+      if tag ~= 0x22 or (s_over > 0 and s_current ~= limit)
+        or s_over > 9007199254740991 - limit then
         n = nil
       end
     else
@@ -732,6 +733,7 @@ local function settle_1(A, now, RAW)
     or limit > 9007199254740991 or window < 1 or now > 281474976710655 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
+  -- @state fixed_window begin: generated from rate-fixed-window-v2.lua
   local raw = RAW
   local last, stored
   local over = 0
@@ -756,10 +758,14 @@ local function settle_1(A, now, RAW)
     else
       n = nil
     end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check. An overdraft leaves
+    -- the count at the limit: nothing more is admitted in its window.
     if not n or rev ~= revision or stored > limit then
       return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
     end
   end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
   local eff = now
   if last and now < last then
     if last - now > max_regression then
@@ -767,6 +773,7 @@ local function settle_1(A, now, RAW)
     end
     eff = last
   end
+  -- @state fixed_window end
 
   -- The window holding the effective time: from the epoch, or among the calendar bounds
   -- sent (none holding it is CLOCK_UNSAFE, as in the single program).
@@ -830,6 +837,7 @@ local function settle_2(A, now, RAW)
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   local S = 1000000 -- fixed-point scale of the previous window's weight
+  -- @state sliding_window begin: generated from rate-sliding-counter-v2.lua
   local raw = RAW
   local last, s_previous, s_current
   local s_over = 0
@@ -855,10 +863,13 @@ local function settle_2(A, now, RAW)
     else
       n = nil
     end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or s_previous > limit or s_current > limit then
       return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
     end
   end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
   local eff = now
   if last and now < last then
     if last - now > max_regression then
@@ -866,6 +877,7 @@ local function settle_2(A, now, RAW)
     end
     eff = last
   end
+  -- @state sliding_window end
 
   local w = window
   local elapsed = eff - floor(eff / w) * w
@@ -953,6 +965,7 @@ local function settle_3(A, now, RAW)
   if most > 9007199254740991 then
     most = 9007199254740991
   end
+  -- @state token_bucket begin: generated from rate-token-bucket-v2.lua
   local raw = RAW
   local last, stored
   local over = 0
@@ -971,16 +984,25 @@ local function settle_3(A, now, RAW)
       end
     elseif n == 25 then
       tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+      -- The most a bucket may owe: what refilling takes 2^40-1 ms to pay (a product beyond
+      -- 2^53 is inexact but still above 2^53-1, then capped).
+      local most = rate * 1099511627775
+      if most > 9007199254740991 then
+        most = 9007199254740991
+      end
       if tag ~= 0x23 or (over > 0 and stored ~= 0) or over > most - capacity_units then
         n = nil
       end
     else
       n = nil
     end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or stored > capacity_units then
       return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
     end
   end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
   local eff = now
   if last and now < last then
     if last - now > max_regression then
@@ -988,6 +1010,7 @@ local function settle_3(A, now, RAW)
     end
     eff = last
   end
+  -- @state token_bucket end
 
   -- Units missing from a full bucket after the refill, the overdraft included.
   local missing = 0
@@ -1068,6 +1091,7 @@ local function settle_4(A, now, RAW)
   if most > 9007199254740991 then
     most = 9007199254740991
   end
+  -- @state gcra begin: generated from rate-gcra-v2.lua
   local raw = RAW
   local last, stored
   local over = 0
@@ -1086,16 +1110,25 @@ local function settle_4(A, now, RAW)
       end
     elseif n == 25 then
       tag, last, rev, stored, over = struct.unpack('<BI6I4I7I7', raw)
+      -- The most a policy may owe: what takes 2^40-1 ms to repay (a product beyond 2^53 is
+      -- inexact but still above 2^53-1, then capped).
+      local most = rate * 1099511627775
+      if most > 9007199254740991 then
+        most = 9007199254740991
+      end
       if tag ~= 0x24 or (over > 0 and stored ~= tolerance) or over > most - tolerance then
         n = nil
       end
     else
       n = nil
     end
+    -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or stored > tolerance then
       return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
     end
   end
+
+  -- The clock rule: a small regression clamps to last_ms, a larger one changes nothing.
   local eff = now
   if last and now < last then
     if last - now > max_regression then
@@ -1103,6 +1136,7 @@ local function settle_4(A, now, RAW)
     end
     eff = last
   end
+  -- @state gcra end
 
   -- The debt after repayment, the overdraft included.
   local debt = 0

@@ -65,8 +65,10 @@ end
 local S = 1000000 -- fixed-point scale of the previous window's weight
 
 -- A wrong key type comes back as an error table, never raised.
+-- @state begin
 local raw = redis.pcall('GET', KEYS[1])
 local last, s_previous, s_current
+local s_over = 0
 if raw then
   local n = type(raw) == 'string' and #raw
   local tag, rev
@@ -81,9 +83,9 @@ if raw then
       n = nil
     end
   elseif n == 28 then
-    local over
-    tag, last, rev, s_previous, s_current, over = struct.unpack('<BI6I4I5I5I7', raw)
-    if tag ~= 0x22 or (over > 0 and s_current ~= limit) or over > 9007199254740991 - limit then
+    tag, last, rev, s_previous, s_current, s_over = struct.unpack('<BI6I4I5I5I7', raw)
+    if tag ~= 0x22 or (s_over > 0 and s_current ~= limit)
+      or s_over > 9007199254740991 - limit then
       n = nil
     end
   else
@@ -103,6 +105,7 @@ if last and now < last then
   end
   eff = last
 end
+-- @state end
 
 local w = window
 local elapsed = eff - floor(eff / w) * w

@@ -73,6 +73,7 @@ if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
 end
 
 -- A wrong key type comes back as an error table, never raised.
+-- @state begin
 local raw = redis.pcall('GET', KEYS[1])
 local last, stored
 local over = 0
@@ -117,6 +118,7 @@ if last and now < last then
   end
   eff = last
 end
+-- @state end
 
 -- Units missing from a full bucket, the overdraft included.
 local missing = 0

@@ -290,7 +290,6 @@ mod tests {
     /// write. Then `M`, the functions by the algorithm code as ARGV spells it.
     fn multi_members() -> Result<String, String> {
         const SET: &str = "redis.call('SET', KEYS[1], value, 'PX', ";
-        const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
         const KEYS: &str = "#KEYS ~= 1 or ";
         const INLINE: &str = "-- Everything is inline: the chunk runs once per call, so every \
                               helper function would be a\n-- new closure per call.\n";
@@ -304,7 +303,11 @@ mod tests {
                 .source
                 .split_once("-- @time-source end\n")
                 .ok_or_else(|| format!("{}: no time block", s.name))?;
-            let body = body.trim_start_matches('\n').replacen(INLINE, "", 1);
+            let body = body
+                .trim_start_matches('\n')
+                .replacen(INLINE, "", 1)
+                .replacen(STATE_BEGIN, "", 1)
+                .replacen(STATE_END, "", 1);
             for (what, n) in [(SET, 1), (GET, 1), (KEYS, 1), (ARG, 1)] {
                 if body.matches(what).count() != n {
                     return Err(format!("{}: {what:?} not exactly once", s.name));
@@ -352,8 +355,58 @@ mod tests {
         Ok(out)
     }
 
+    const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
+    const STATE_BEGIN: &str = "-- @state begin\n";
+    const STATE_END: &str = "-- @state end\n";
+
+    /// `source` with each settlement function's state reading (decoding the stored layouts,
+    /// then the clock rule) replaced by the single program's, between its
+    /// `-- @state <kind> begin` and `end` lines: the single program's `@state` section,
+    /// indented, reading `RAW` as the members do.
+    fn with_settle_states(source: &str) -> Result<String, String> {
+        let mut out = source.to_owned();
+        for kind in AlgorithmKind::RATE
+            .into_iter()
+            .filter(|k| k.takes_reservations())
+        {
+            let s = &program(kind).script;
+            let (_, rest) = s
+                .source
+                .split_once(STATE_BEGIN)
+                .ok_or_else(|| format!("{}: no state section", s.name))?;
+            let (section, _) = rest
+                .split_once(STATE_END)
+                .ok_or_else(|| format!("{}: state section not ended", s.name))?;
+            if section.matches(GET).count() != 1 {
+                return Err(format!("{}: {GET:?} not exactly once", s.name));
+            }
+            let section = section.replacen(GET, "local raw = RAW", 1);
+            let begin = format!("  -- @state {kind} begin: generated from {}\n", s.name);
+            let end = format!("  -- @state {kind} end\n");
+            let (head, rest) = out
+                .split_once(&begin)
+                .ok_or_else(|| format!("no {begin:?} in the settlement program"))?;
+            let (_, tail) = rest
+                .split_once(&end)
+                .ok_or_else(|| format!("no {end:?} in the settlement program"))?;
+            let indented: String = section
+                .lines()
+                .map(|l| {
+                    if l.is_empty() {
+                        "\n".to_owned()
+                    } else {
+                        format!("  {l}\n")
+                    }
+                })
+                .collect();
+            out = format!("{head}{begin}{indented}{end}{tail}");
+        }
+        Ok(out)
+    }
+
     /// Holds the generated sections of `lua/rate-multi-v2.lua`, `lua/rate-batch-v2.lua` and
-    /// `lua/rate-settle-v1.lua` to the single programs. With `RL_WRITE_MULTI_LUA=1` it rewrites the sections instead
+    /// `lua/rate-settle-v1.lua` (its members, and its settlement functions' state reading) to
+    /// the single programs. With `RL_WRITE_MULTI_LUA=1` it rewrites the sections instead
     /// (after a single program changed).
     #[test]
     fn multi_and_batch_program_members_are_the_single_programs() {
@@ -364,7 +417,10 @@ mod tests {
             let source = script.source;
             let (head, rest) = source.split_once(BEGIN).expect("generated begin marker");
             let (_, tail) = rest.split_once(END).expect("generated end marker");
-            let want = format!("{head}{BEGIN}{members}{END}{tail}");
+            let mut want = format!("{head}{BEGIN}{members}{END}{tail}");
+            if script.name == SETTLE.name {
+                want = with_settle_states(&want).expect("settlement functions with markers");
+            }
             if std::env::var_os("RL_WRITE_MULTI_LUA").is_some() {
                 let path = format!("{}/lua/{}", env!("CARGO_MANIFEST_DIR"), script.name);
                 std::fs::write(path, &want).expect("writable lua/");

@@ -81,12 +81,6 @@ impl CounterWall {
     }
 }
 
-impl std::fmt::Debug for CounterWall {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("CounterWall").finish_non_exhaustive()
-    }
-}
-
 /// The OS wall clock in Unix nanoseconds; 0 before 1970.
 fn os_unix_ns() -> i64 {
     SystemTime::now()

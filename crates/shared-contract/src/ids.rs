@@ -88,11 +88,9 @@ impl PolicyId {
     /// The id as given.
     pub fn as_str(&self) -> &str {
         // Only ever filled from a `&str` of ASCII, whole.
-        std::str::from_utf8(&self.bytes[..usize::from(self.len)]).unwrap_or_default()
+        std::str::from_utf8(self.text_bytes()).unwrap_or_default()
     }
-}
 
-impl PolicyId {
     /// The id's bytes: what equality, order and hashing compare (ASCII, so the order is the
     /// text's), without the UTF-8 check of [`Self::as_str`].
     fn text_bytes(&self) -> &[u8] {
