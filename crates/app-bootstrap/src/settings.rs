@@ -319,10 +319,11 @@ impl LogFormat {
 pub struct HttpSettings {
     /// The listen address (`http.bind`); port 0 takes a free port.
     pub bind: SocketAddr,
-    /// Tokio worker threads serving HTTP and the provider's connections; `None`: one per
-    /// CPU (Tokio's default). A sidecar that shares its cores with the service and Redis
-    /// can do with fewer (docs/performance.md, "One worker thread, and the load generator's own
-    /// cost").
+    /// Threads serving HTTP and gRPC connections, each a single-threaded runtime that keeps
+    /// the connections it is given (thread per core; the first is the main thread, which
+    /// also runs the provider's connections and background tasks); `None`: one per CPU. A
+    /// sidecar that shares its cores with the service and Redis can do with fewer
+    /// (docs/performance.md, "Thread per core").
     pub worker_threads: Option<usize>,
     /// How long a client has to send a complete request head; then the connection is closed.
     pub header_read_timeout: Duration,

@@ -31,6 +31,6 @@ pub mod service;
 pub use edge_middleware::descriptors::UnknownDescriptor;
 pub use server::{
     Limits, MAX_HEADER_LIST_BYTES, MAX_MESSAGE_BYTES, Routes, SERVICE_NAME, ServeError, routes,
-    routes_with, serve, serve_with,
+    routes_with, serve, serve_on, serve_with,
 };
 pub use service::{MAX_DESCRIPTORS, RlsService, TraceParent};

@@ -293,6 +293,22 @@ pub async fn serve_with(
     limits: Limits,
     shutdown: impl Future<Output = ()>,
 ) -> Result<(), ServeError> {
+    let workers = inbound_listener::Workers::current();
+    serve_on(listener, rls, limits, &workers, shutdown).await
+}
+
+/// [`serve_with`], each connection (and its calls) served on one of `workers` (thread per
+/// core: [`inbound_listener::workers`]).
+///
+/// # Errors
+/// [`ServeError`] when the server fails.
+pub async fn serve_on(
+    listener: tokio::net::TcpListener,
+    rls: RlsService,
+    limits: Limits,
+    workers: &inbound_listener::Workers,
+    shutdown: impl Future<Output = ()>,
+) -> Result<(), ServeError> {
     let routes = routes_with(rls, limits.max_message_bytes).await;
     let mut h2 = http2::Builder::new(TokioExecutor::new());
     h2.timer(TokioTimer::new())
@@ -306,9 +322,10 @@ pub async fn serve_with(
         max_connections: limits.max_connections,
         handshake_bytes: HANDSHAKE_BYTES,
     };
-    inbound_listener::serve(
+    inbound_listener::serve_on(
         listener,
         admission,
+        workers,
         shutdown,
         move |stream, peer, a, stop| {
             connection(stream, peer, routes.clone(), h2.clone(), limits, a, stop)

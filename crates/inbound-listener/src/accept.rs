@@ -13,6 +13,7 @@ use tokio::task::AbortHandle;
 
 use crate::connection::Activity;
 pub use crate::connection::Stop;
+use crate::workers::{Place, Workers};
 
 /// How long the loop waits after an `accept` that failed for want of resources.
 pub const ACCEPT_BACKOFF: Duration = Duration::from_millis(25);
@@ -78,18 +79,48 @@ pub struct Admission {
 /// loop holds at most `max_connections + 1` connections), and further clients wait in the
 /// listen backlog until one closes; the loop does not spin on them.
 ///
+/// Connections are served on the runtime the loop runs on; [`serve_on`] spreads them over
+/// [`Workers`].
+///
 /// # Errors
 /// None today (accept failures are retried); the type leaves room for fatal ones.
 pub async fn serve<F, C>(
     listener: TcpListener,
     admission: Admission,
     shutdown: impl Future<Output = ()>,
-    mut connection: F,
+    connection: F,
 ) -> std::io::Result<()>
 where
-    F: FnMut(TcpStream, SocketAddr, Arc<Activity>, Stop) -> C,
+    F: Fn(TcpStream, SocketAddr, Arc<Activity>, Stop) -> C + Send + Sync + 'static,
     C: Future<Output = ()> + Send + 'static,
 {
+    serve_on(
+        listener,
+        admission,
+        &Workers::current(),
+        shutdown,
+        connection,
+    )
+    .await
+}
+
+/// [`serve`], each connection handed round robin to one of `workers` and served there for
+/// its whole life (the cap, eviction and drain hold across all of them).
+///
+/// # Errors
+/// None today (accept failures are retried); the type leaves room for fatal ones.
+pub async fn serve_on<F, C>(
+    listener: TcpListener,
+    admission: Admission,
+    workers: &Workers,
+    shutdown: impl Future<Output = ()>,
+    connection: F,
+) -> std::io::Result<()>
+where
+    F: Fn(TcpStream, SocketAddr, Arc<Activity>, Stop) -> C + Send + Sync + 'static,
+    C: Future<Output = ()> + Send + 'static,
+{
+    let connection = Arc::new(connection);
     let Admission {
         name,
         max_connections,
@@ -151,8 +182,22 @@ where
         };
         let activity = Activity::new();
         let weak = Arc::downgrade(&activity);
-        let conn = connection(stream, peer, activity, stopped.clone());
-        let task = tokio::spawn(held(conn, permit));
+        let stop = stopped.clone();
+        let task = match workers.next() {
+            Place::Here => tokio::spawn(held(connection(stream, peer, activity, stop), permit)),
+            Place::On(runtime) => {
+                // The socket leaves this runtime's reactor for the worker's, so that its
+                // readiness wakes the worker's thread, not this one.
+                let Ok(std) = stream.into_std() else { continue };
+                let connection = connection.clone();
+                runtime.spawn(async move {
+                    match TcpStream::from_std(std) {
+                        Ok(stream) => held(connection(stream, peer, activity, stop), permit).await,
+                        Err(e) => tracing::debug!(error = %e, "could not register a connection"),
+                    }
+                })
+            }
+        };
         unspoken.push(weak, task.abort_handle());
     }
     drop(listener);
@@ -238,5 +283,82 @@ mod tests {
         assert_eq!(t.record(t0 + Duration::from_secs(10)), Some(9));
         assert_eq!(t.record(t0 + Duration::from_secs(11)), None);
         assert_eq!(t.record(t0 + Duration::from_secs(25)), Some(1));
+    }
+
+    /// Served through the accept loop: each connection answers with the thread serving it
+    /// and holds until the drain; the cap counts across the workers; the drain waits for
+    /// the connections on every worker.
+    #[test]
+    fn the_accept_loop_serves_connections_on_the_workers_and_drains_them_all() {
+        use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+
+        let main = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .expect("runtime");
+        let threads = crate::WorkerThreads::start(2, main.handle().clone()).expect("start");
+        let workers = threads.workers();
+        let names = main.block_on(async move {
+            let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+                .await
+                .expect("bind");
+            let addr = listener.local_addr().expect("addr");
+            let (shutdown, down) = tokio::sync::oneshot::channel::<()>();
+            let admission = Admission {
+                name: "test",
+                max_connections: 4,
+                handshake_bytes: 0,
+            };
+            let server = tokio::spawn(async move {
+                serve_on(
+                    listener,
+                    admission,
+                    &workers,
+                    async {
+                        let _ = down.await;
+                    },
+                    |mut stream: tokio::net::TcpStream, _, _, mut stop: Stop| async move {
+                        let name = std::thread::current().name().unwrap_or("?").to_owned();
+                        let _ = stream.write_all(format!("{name}\n").as_bytes()).await;
+                        let _ = stop.changed().await;
+                        let _ = stream.write_all(b"bye\n").await;
+                    },
+                )
+                .await
+            });
+            let mut clients = Vec::new();
+            let mut names = Vec::new();
+            for _ in 0..4 {
+                let mut c = tokio::net::TcpStream::connect(addr).await.expect("connect");
+                let mut line = Vec::new();
+                while !line.ends_with(b"\n") {
+                    let mut b = [0u8; 1];
+                    assert_eq!(c.read(&mut b).await.expect("read"), 1, "greeting");
+                    line.push(b[0]);
+                }
+                names.push(String::from_utf8(line).expect("utf-8").trim().to_owned());
+                clients.push(c);
+            }
+            let _ = shutdown.send(());
+            server.await.expect("task").expect("served");
+            // The server returned after every connection, on both workers, said goodbye.
+            for mut c in clients {
+                let mut rest = String::new();
+                let _ = c.read_to_string(&mut rest).await;
+                assert_eq!(rest, "bye\n");
+            }
+            names
+        });
+        let here = std::thread::current().name().unwrap_or("?").to_owned();
+        assert_eq!(
+            names,
+            [
+                here.clone(),
+                "inbound-worker-1".to_owned(),
+                here,
+                "inbound-worker-1".to_owned()
+            ]
+        );
+        threads.shutdown();
     }
 }

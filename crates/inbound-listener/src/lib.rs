@@ -13,6 +13,8 @@
 //!   [`LOG_INTERVAL`], graceful drain on shutdown.
 //! - [`connection`]: [`Activity`] counters fed by a [`Tracked`] stream and by [`Call`]
 //!   guards, and [`supervise`], which applies the handshake and idle timeouts to a connection.
+//! - [`workers`]: thread per core: each accepted connection is served for its whole life on
+//!   one of N single-threaded runtimes (no work stealing, no cross-thread wake-ups).
 //! - [`budget`]: one open-file budget shared by several listeners, with descriptors reserved
 //!   for everything else the process holds (Redis connections, files).
 
@@ -21,7 +23,9 @@
 pub mod accept;
 pub mod budget;
 pub mod connection;
+pub mod workers;
 
-pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Throttle, serve};
+pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Throttle, serve, serve_on};
 pub use budget::{Budget, open_descriptors, open_file_limit};
 pub use connection::{Activity, Call, Handshake, IdleBy, Stop, Timeouts, Tracked, supervise};
+pub use workers::{WorkerThreads, Workers};

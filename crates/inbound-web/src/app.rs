@@ -176,7 +176,23 @@ pub async fn serve_current(
     http: &HttpSettings,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    crate::listener::serve(listener, router, http.into(), shutdown).await
+    let workers = inbound_listener::Workers::current();
+    serve_current_on(listener, router, http, &workers, shutdown).await
+}
+
+/// [`serve_current`], each connection served on one of `workers` (thread per core:
+/// [`inbound_listener::workers`]).
+///
+/// # Errors
+/// The I/O error that stopped the server.
+pub async fn serve_current_on(
+    listener: tokio::net::TcpListener,
+    router: CurrentRouter,
+    http: &HttpSettings,
+    workers: &inbound_listener::Workers,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    crate::listener::serve(listener, router, http.into(), workers, shutdown).await
 }
 
 /// Installs the SIGTERM and SIGINT handlers now and returns a future that resolves on the

@@ -38,7 +38,7 @@ use axum::extract::ConnectInfo;
 use hyper::body::Incoming;
 use hyper::server::conn::http1;
 use hyper_util::rt::{TokioIo, TokioTimer};
-use inbound_listener::{Activity, Admission, IdleBy, Stop, Timeouts, Tracked};
+use inbound_listener::{Activity, Admission, IdleBy, Stop, Timeouts, Tracked, Workers};
 use tokio::net::TcpStream;
 use tower::{Layer as _, Service as _};
 
@@ -99,7 +99,8 @@ impl From<&HttpSettings> for Limits {
     }
 }
 
-/// Serves `router` on `listener` with `limits` until `shutdown` resolves, then drains.
+/// Serves `router` on `listener` with `limits` until `shutdown` resolves, then drains; each
+/// connection on one of `workers` ([`inbound_listener::workers`]).
 ///
 /// # Errors
 /// None today (accept failures are retried); the type leaves room for fatal ones.
@@ -107,6 +108,7 @@ pub async fn serve(
     listener: tokio::net::TcpListener,
     router: CurrentRouter,
     limits: Limits,
+    workers: &Workers,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let admission = Admission {
@@ -116,9 +118,10 @@ pub async fn serve(
         // room (hyper's header-read timeout bounds it).
         handshake_bytes: 1,
     };
-    inbound_listener::serve(
+    inbound_listener::serve_on(
         listener,
         admission,
+        workers,
         shutdown,
         move |stream, peer, a, stop| connection(stream, peer, router.clone(), limits, a, stop),
     )

@@ -65,14 +65,26 @@ fn main() -> ExitCode {
         print!("{}", settings.render());
         return ExitCode::SUCCESS;
     }
-    let mut runtime = tokio::runtime::Builder::new_multi_thread();
-    if let Some(n) = settings.http.worker_threads {
-        runtime.worker_threads(n);
-    }
-    let runtime = match runtime.enable_all().build() {
+    // Thread per core (inbound_listener::workers): this thread's runtime accepts, runs the
+    // background tasks and the provider's connections, and serves connections like the
+    // other workers.
+    let runtime = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
         Ok(r) => r,
         Err(e) => {
             eprintln!("cannot start the Tokio runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let serving = settings.http.worker_threads.unwrap_or_else(|| {
+        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+    });
+    let threads = match inbound_listener::WorkerThreads::start(serving, runtime.handle().clone()) {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("cannot start {serving} serving threads (http.worker_threads): {e}");
             return ExitCode::FAILURE;
         }
     };
@@ -87,7 +99,8 @@ fn main() -> ExitCode {
     // After the configuration (its problems go to stderr as plain lines, whatever the
     // format), before anything that logs.
     init_log(settings.log.format, export.as_ref());
-    let code = runtime.block_on(run(settings, sources, export));
+    let code = runtime.block_on(run(settings, sources, export, threads.workers()));
+    threads.shutdown();
     // A blocking task still running (an export past its timeout) does not hold the exit.
     runtime.shutdown_timeout(Duration::from_secs(1));
     code
@@ -156,8 +169,9 @@ async fn run(
     settings: app_bootstrap::Settings,
     sources: app_bootstrap::Sources,
     export: Option<Export>,
+    workers: inbound_listener::Workers,
 ) -> ExitCode {
-    let code = serve(&settings, sources, export.is_some()).await;
+    let code = serve(&settings, sources, export.is_some(), &workers).await;
     if let Some(export) = export {
         // After the servers drained, so the last requests' spans go out too.
         export.shutdown().await;
@@ -165,12 +179,14 @@ async fn run(
     code
 }
 
-/// Builds and serves the app until a signal drained it; `traced`: whether spans are exported
-/// (then each request gets a server span, and gRPC calls join their caller's trace).
+/// Builds and serves the app on `workers` until a signal drained it; `traced`: whether spans
+/// are exported (then each request gets a server span, and gRPC calls join their caller's
+/// trace).
 async fn serve(
     settings: &app_bootstrap::Settings,
     sources: app_bootstrap::Sources,
     traced: bool,
+    workers: &inbound_listener::Workers,
 ) -> ExitCode {
     let prometheus = install_metrics();
 
@@ -224,16 +240,10 @@ async fn serve(
         traced,
     }));
     let reloads = reloader.start();
-    let listener = match tokio::net::TcpListener::bind(settings.http.bind).await {
-        Ok(l) => l,
-        Err(e) => {
-            eprintln!("http.bind: cannot listen on {}: {e}", settings.http.bind);
-            return ExitCode::FAILURE;
-        }
+    let (listener, addr) = match bind_http(settings.http.bind).await {
+        Ok(bound) => bound,
+        Err(code) => return code,
     };
-    let addr = listener
-        .local_addr()
-        .map_or_else(|_| settings.http.bind.to_string(), |a| a.to_string());
     // One signal stops both servers: the HTTP one waits on it, the gRPC one on a watch of it.
     let (stop_grpc, grpc_stopped) = tokio::sync::watch::channel(false);
     let stop_grpc = Arc::new(stop_grpc);
@@ -246,12 +256,12 @@ async fn serve(
         None => None,
     };
     let (http, grpc_limits) = fit_descriptors(settings, grpc_listener.is_some());
-    let grpc = rls
-        .zip(grpc_listener)
-        .map(|((_, service), listener)| start_grpc(listener, service, grpc_limits, grpc_stopped));
+    let grpc = rls.zip(grpc_listener).map(|((_, rls), listener)| {
+        start_grpc(listener, rls, grpc_limits, workers.clone(), grpc_stopped)
+    });
     let shutdown = inbound_web::app::shutdown_signal();
     tracing::info!("listening on http://{addr}");
-    let served = inbound_web::app::serve_current(listener, router, &http, async move {
+    let served = inbound_web::app::serve_current_on(listener, router, &http, workers, async move {
         shutdown.await;
         let _ = stop_on_signal.send(true);
     })
@@ -360,6 +370,20 @@ fn fit_descriptors(
     (http, grpc)
 }
 
+/// Binds the HTTP listener; with the address it is bound to, for the log.
+async fn bind_http(
+    bind: std::net::SocketAddr,
+) -> Result<(tokio::net::TcpListener, String), ExitCode> {
+    let listener = tokio::net::TcpListener::bind(bind).await.map_err(|e| {
+        eprintln!("http.bind: cannot listen on {bind}: {e}");
+        ExitCode::FAILURE
+    })?;
+    let addr = listener
+        .local_addr()
+        .map_or_else(|_| bind.to_string(), |a| a.to_string());
+    Ok((listener, addr))
+}
+
 /// Binds the gRPC listener.
 async fn bind_grpc(bind: std::net::SocketAddr) -> Result<tokio::net::TcpListener, ExitCode> {
     tokio::net::TcpListener::bind(bind).await.map_err(|e| {
@@ -373,18 +397,17 @@ fn start_grpc(
     listener: tokio::net::TcpListener,
     service: inbound_grpc::RlsService,
     limits: inbound_grpc::Limits,
+    workers: inbound_listener::Workers,
     mut stopped: tokio::sync::watch::Receiver<bool>,
 ) -> tokio::task::JoinHandle<Result<(), inbound_grpc::ServeError>> {
     let addr = listener
         .local_addr()
         .map_or_else(|_| "?".to_owned(), |a| a.to_string());
     tracing::info!("gRPC rate-limit service listening on {addr}");
-    tokio::spawn(inbound_grpc::serve_with(
-        listener,
-        service,
-        limits,
-        async move {
+    tokio::spawn(async move {
+        inbound_grpc::serve_on(listener, service, limits, &workers, async move {
             let _ = stopped.wait_for(|stop| *stop).await;
-        },
-    ))
+        })
+        .await
+    })
 }
