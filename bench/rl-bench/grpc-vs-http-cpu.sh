@@ -8,8 +8,8 @@
 #
 # One app process (BIN, default ${CARGO_TARGET_DIR:-target}/release/inbound-web), local
 # provider, a token bucket that admits every call, serving gRPC and HTTP on loopback ports
-# (GPORT, HPORT; never 6379). WORKERS (default 1) is http.worker_threads, the Tokio workers of
-# the one runtime both servers run on; WORKERS=0 leaves the default (one per CPU). Each round
+# (GPORT, HPORT; never 6379). WORKERS (default 1) is http.worker_threads, the serving threads
+# both servers run on (thread per core); WORKERS=0 leaves the default (one per CPU). Each round
 # drives, in turn and for SECONDS (default 8) each, after a 2 s warm-up of each:
 #   grpc-c16m8   h2load -t1 -c16 -m8: ShouldRateLimit, one descriptor {key: "k-1"} per call
 #   grpc-c2m32   h2load -t1 -c2 -m32 (grpc-cpu.sh's shape)
