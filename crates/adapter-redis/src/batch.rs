@@ -7,7 +7,8 @@
 //! several calls at once). Alone, it sends its own single program, as without batching; so an
 //! idle provider sends batches of one and a loaded one batches of many, with no timer. A group
 //! is a node's: every request on standalone and Sentinel (one master), one slot on a cluster
-//! (a script's keys must share a slot).
+//! (a script's keys must share a slot); with the connections spread over serving threads
+//! ([`crate::placement`]), a node's per thread, so a batch leaves on its thread's connection.
 //!
 //! Certainty is per call, so per member: a batch not sent makes every member `Unavailable`, a
 //! batch sent without a usable answer every member `Indeterminate`, and a reply that is not
@@ -19,6 +20,7 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use redis::Value;
@@ -49,10 +51,14 @@ pub(crate) struct Decision<'a> {
     pub(crate) slot: u16,
 }
 
+/// A group: the node's (the slot on a cluster, else 0) and, when the connections are spread
+/// over serving threads, the caller's thread: each thread batches onto its own connection.
+type Group = (u16, Option<ThreadId>);
+
 /// The groups of members being gathered, and what batching has done so far.
 pub(crate) struct Batcher {
     max: usize,
-    groups: Mutex<HashMap<u16, Vec<Member>>>,
+    groups: Mutex<HashMap<Group, Vec<Member>>>,
     calls: AtomicU64,
     members: AtomicU64,
 }
@@ -72,7 +78,7 @@ pub struct BatchStats {
 struct Lead<'a> {
     batcher: &'a Arc<Batcher>,
     pool: &'a Arc<Pool>,
-    group: u16,
+    group: Group,
     slot: u16,
     timeout: Duration,
     done: bool,
@@ -154,7 +160,8 @@ impl Batcher {
             slot,
         } = decision;
         // A script's keys must share a slot on a cluster; elsewhere one master takes them all.
-        let group = if pool.is_cluster() { slot } else { 0 };
+        let node = if pool.is_cluster() { slot } else { 0 };
+        let group = (node, pool.is_placed().then(|| std::thread::current().id()));
         let (tx, rx) = oneshot::channel();
         let leads = {
             let mut groups = lock(&self.groups);

@@ -16,7 +16,8 @@
 //! per-call connection setup and no pool checkout. Picking a connection is a read of a flag.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, OnceLock, RwLock};
+use std::thread::ThreadId;
 use std::time::Duration;
 
 use redis::Value;
@@ -28,6 +29,7 @@ use crate::acl::{self, Needs};
 use crate::background::Tasks;
 use crate::checks;
 use crate::dial::{self, Attempt, Endpoint};
+use crate::placement::Placement;
 use crate::script::Script;
 use crate::sentinel::SentinelMonitor;
 use crate::settings::RedisSettings;
@@ -48,10 +50,17 @@ pub(crate) struct Setup {
     pub(crate) scripts: Vec<&'static Script>,
     /// What the ACL user must be allowed, checked on every new connection.
     pub(crate) acl: Needs,
+    /// The serving threads' runtimes the connections are spread over (empty: the caller's).
+    pub(crate) placement: Placement,
 }
 
 impl Setup {
-    pub(crate) fn new(settings: &RedisSettings, scripts: Vec<&'static Script>, acl: Needs) -> Self {
+    pub(crate) fn new(
+        settings: &RedisSettings,
+        scripts: Vec<&'static Script>,
+        acl: Needs,
+        placement: Placement,
+    ) -> Self {
         Self {
             connections: settings.connections,
             connect_timeout: settings.connect_timeout,
@@ -59,7 +68,13 @@ impl Setup {
             strict_eviction_policy: settings.strict_eviction_policy,
             scripts,
             acl,
+            placement,
         }
+    }
+
+    /// Connections per node: `connections`, and at least one per placed runtime.
+    fn per_node(&self) -> usize {
+        self.connections.max(self.placement.len())
     }
 }
 
@@ -184,6 +199,8 @@ enum SlotState {
 
 struct Slot {
     state: RwLock<SlotState>,
+    /// With a [`Placement`]: the thread whose runtime runs this slot's connection.
+    home: OnceLock<ThreadId>,
 }
 
 impl Slot {
@@ -213,10 +230,12 @@ pub(crate) enum Locate {
     Sentinel(Arc<SentinelMonitor>),
 }
 
-/// `connections` supervised slots to one node, picked round robin.
+/// `connections` supervised slots to one node, picked round robin; with a [`Placement`], at
+/// least one per placed runtime, and a caller on a placed thread takes its own while it is up.
 pub(crate) struct NodeSet {
     slots: Vec<Arc<Slot>>,
     next: AtomicUsize,
+    placed: bool,
     attempts: watch::Receiver<usize>,
     _supervisors: Tasks,
 }
@@ -225,10 +244,11 @@ impl NodeSet {
     /// Starts one supervisor per connection. Returns at once; [`Self::settled`] waits for the
     /// first attempts.
     pub(crate) fn start(locate: Locate, setup: Arc<Setup>) -> Self {
-        let slots: Vec<Arc<Slot>> = (0..setup.connections)
+        let slots: Vec<Arc<Slot>> = (0..setup.per_node())
             .map(|_| {
                 Arc::new(Slot {
                     state: RwLock::new(SlotState::Down("not connected yet".into())),
+                    home: OnceLock::new(),
                 })
             })
             .collect();
@@ -236,18 +256,32 @@ impl NodeSet {
         let attempts_tx = Arc::new(attempts_tx);
         let handles = slots
             .iter()
-            .map(|slot| {
-                tokio::spawn(supervise(
+            .enumerate()
+            .map(|(k, slot)| {
+                let supervisor = supervise(
                     slot.clone(),
                     locate.clone(),
                     setup.clone(),
                     attempts_tx.clone(),
-                ))
+                );
+                match setup.placement.runtime(k) {
+                    // The supervisor, and so the connection's driver and reconnects, live on
+                    // that runtime's one thread.
+                    Some(runtime) => {
+                        let slot = slot.clone();
+                        runtime.spawn(async move {
+                            let _ = slot.home.set(std::thread::current().id());
+                            supervisor.await;
+                        })
+                    }
+                    None => tokio::spawn(supervisor),
+                }
             })
             .collect();
         Self {
             slots,
             next: AtomicUsize::new(0),
+            placed: !setup.placement.is_empty(),
             attempts,
             _supervisors: Tasks(handles),
         }
@@ -276,8 +310,14 @@ impl NodeSet {
         }
     }
 
-    /// A live connection, round robin over the slots, skipping dead ones.
+    /// A live connection: the caller's thread's own when placed and up; otherwise round robin
+    /// over the slots, skipping dead ones.
     pub(crate) fn pick(&self) -> Pick {
+        if self.placed
+            && let Some(link) = self.own()
+        {
+            return Pick::Up(link);
+        }
         let n = self.slots.len();
         let start = self.next.fetch_add(1, Ordering::Relaxed);
         // Built only on the failure path: the happy path allocates nothing.
@@ -306,6 +346,22 @@ impl NodeSet {
             }
         }
         why.unwrap_or_else(|| Pick::Down("no connection configured".into()))
+    }
+}
+
+impl NodeSet {
+    /// The live connection whose runtime runs on the caller's thread, if any.
+    fn own(&self) -> Option<Arc<Link>> {
+        let me = std::thread::current().id();
+        let slot = self.slots.iter().find(|s| s.home.get() == Some(&me))?;
+        let guard = match slot.state.read() {
+            Ok(g) => g,
+            Err(p) => p.into_inner(),
+        };
+        match &*guard {
+            SlotState::Up(link) if link.is_alive() => Some(link.clone()),
+            _ => None,
+        }
     }
 }
 

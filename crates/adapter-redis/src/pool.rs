@@ -29,6 +29,7 @@ use crate::background::Tasks;
 use crate::cluster::Cluster;
 use crate::connection::{Link, Locate, NodeSet, Pick, Setup};
 use crate::failure::{self, Failure};
+use crate::placement::Placement;
 use crate::script::{Script, ScriptArgs};
 use crate::sentinel::SentinelMonitor;
 use crate::settings::{RedisSettings, Resolved};
@@ -55,6 +56,8 @@ pub(crate) struct Pool {
     wait: Option<(u32, u64)>,
     /// The `max_in_flight` bound.
     admission: Semaphore,
+    /// Whether the connections are spread over serving threads ([`Placement`]).
+    placed: bool,
     /// `max_in_flight`, to tell how many calls hold a place.
     max_in_flight: usize,
     _tasks: Tasks,
@@ -85,8 +88,10 @@ impl Pool {
         resolved: Resolved,
         scripts: Vec<&'static Script>,
         needs: Needs,
+        placement: Placement,
     ) -> Self {
-        let setup = Arc::new(Setup::new(settings, scripts, needs));
+        let placed = !placement.is_empty();
+        let setup = Arc::new(Setup::new(settings, scripts, needs, placement));
         let wait = (settings.min_replicas_ack > 0).then(|| {
             let ms = (settings.command_timeout / 2).as_millis().max(1);
             (
@@ -138,6 +143,7 @@ impl Pool {
             masters,
             wait,
             admission: Semaphore::new(settings.max_in_flight),
+            placed,
             max_in_flight: settings.max_in_flight,
             _tasks: Tasks(tasks),
         }
@@ -175,6 +181,12 @@ impl Pool {
             Masters::Single { nodes, .. } => nodes.pick(),
             Masters::Cluster(cluster) => cluster.pick(slot),
         }
+    }
+
+    /// Whether the connections are spread over serving threads, each with its own
+    /// ([`Placement`]).
+    pub(crate) fn is_placed(&self) -> bool {
+        self.placed
     }
 
     /// Whether calls go to a Redis Cluster (where one call's keys must share a slot).

@@ -103,6 +103,7 @@ use crate::failure::Failure;
 use crate::fleet::{Fleet, FleetView};
 use crate::keys::{ReplayMember, hash_slot, replay_key};
 use crate::leases::Leasing;
+use crate::placement::Placement;
 use crate::plan::Plan;
 use crate::pool::{Pool, ScriptReply};
 use crate::programs;
@@ -207,6 +208,20 @@ impl RedisProvider {
     /// [`Error::Settings`] naming every bad setting (timeouts, bounds, key prefix, URLs,
     /// topology, TLS files, credentials).
     pub async fn connect(settings: RedisSettings, policies: PolicySet) -> Result<Self, Error> {
+        Self::connect_on(settings, policies, Placement::default()).await
+    }
+
+    /// [`Self::connect`], the connections spread over the serving threads' runtimes of
+    /// `placement` (thread per core: [`crate::placement`]): at least one per runtime and
+    /// node, and a request takes its own thread's connection while it is up.
+    ///
+    /// # Errors
+    /// As [`Self::connect`].
+    pub async fn connect_on(
+        settings: RedisSettings,
+        policies: PolicySet,
+        placement: Placement,
+    ) -> Result<Self, Error> {
         let resolved = settings.resolve().map_err(Error::Settings)?;
         let plans = plans(&settings.key_prefix, &policies)?;
         let mut scripts = programs::scripts();
@@ -220,7 +235,7 @@ impl RedisProvider {
             scripts.push(&crate::fleet::HEARTBEAT);
         }
         let needs = Needs::rate(&settings.key_prefix, &scripts).for_settings(&settings);
-        let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs).await);
+        let pool = Arc::new(Pool::start(&settings, resolved, scripts, needs, placement).await);
         let deny_cache = Arc::new(DenyCache::new(settings.deny_cache_max_entries));
         let batcher = Arc::new(Batcher::new(settings.batch_max));
         let fleet = settings.fleet.as_ref().map(|f| {

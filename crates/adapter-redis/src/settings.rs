@@ -68,7 +68,8 @@ pub struct RedisSettings {
     pub key_prefix: String,
     /// Longest wait for one connection attempt (TCP connect and handshake).
     pub connect_timeout: Duration,
-    /// Multiplexed connections to spread requests over, per master (default 1).
+    /// Multiplexed connections to spread requests over, per master (default 1); with a
+    /// [`crate::Placement`], at least one per placed runtime.
     pub connections: usize,
     /// The retry hint of `Unavailable` (except `clock`, which carries the program's own) and
     /// of `Indeterminate`.

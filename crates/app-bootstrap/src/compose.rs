@@ -263,17 +263,48 @@ impl BreakerGauge for CircuitBreaker {
 pub async fn build(settings: &RateLimitSettings) -> Result<Option<RateLimitRuntime>, BuildError> {
     match settings {
         RateLimitSettings::Disabled => Ok(None),
-        RateLimitSettings::Enabled(e) => build_enabled(e).await.map(Some),
+        RateLimitSettings::Enabled(e) => build_enabled(e, &Serving::default()).await.map(Some),
     }
 }
 
-async fn build_enabled(e: &EnabledSettings) -> Result<RateLimitRuntime, BuildError> {
+/// [`build`] for an app that serves thread per core on `serving`'s runtimes (each
+/// single-threaded and driven by one thread for the app's life): the redis provider gives
+/// each its own connections (`adapter_redis::placement`).
+///
+/// # Errors
+/// As [`build`].
+#[cfg(feature = "redis")]
+pub async fn build_on(
+    settings: &RateLimitSettings,
+    serving: &[tokio::runtime::Handle],
+) -> Result<Option<RateLimitRuntime>, BuildError> {
+    let serving = Serving {
+        placement: adapter_redis::Placement::new(serving.to_vec()),
+    };
+    match settings {
+        RateLimitSettings::Disabled => Ok(None),
+        RateLimitSettings::Enabled(e) => build_enabled(e, &serving).await.map(Some),
+    }
+}
+
+/// Where the provider's connections run: the caller's runtime by default.
+#[derive(Default)]
+struct Serving {
+    #[cfg(feature = "redis")]
+    placement: adapter_redis::Placement,
+}
+
+async fn build_enabled(
+    e: &EnabledSettings,
+    serving: &Serving,
+) -> Result<RateLimitRuntime, BuildError> {
+    let _ = serving;
     // Without a provider feature the enum has no variant: nothing enabled exists to build.
     match e.provider {
         #[cfg(feature = "local")]
         ProviderSettings::Local => Ok(local(e)),
         #[cfg(feature = "redis")]
-        ProviderSettings::Redis(ref r) => redis(e, r).await,
+        ProviderSettings::Redis(ref r) => redis(e, r, serving).await,
     }
 }
 
@@ -311,6 +342,7 @@ fn local(e: &EnabledSettings) -> RateLimitRuntime {
 async fn redis(
     e: &EnabledSettings,
     r: &RedisProviderSettings,
+    serving: &Serving,
 ) -> Result<RateLimitRuntime, BuildError> {
     // Checked before connecting.
     let fallback = needs_fallback(e)?;
@@ -321,7 +353,9 @@ async fn redis(
     if fallback {
         redis_settings.fleet = Some(e.fleet.heartbeat_settings());
     }
-    let redis = Arc::new(RedisProvider::connect(redis_settings, e.policies.clone()).await?);
+    let placement = serving.placement.clone();
+    let redis =
+        Arc::new(RedisProvider::connect_on(redis_settings, e.policies.clone(), placement).await?);
     #[cfg(feature = "local")]
     let fallback = fallback.then(|| {
         let policies = e.policies.clone();

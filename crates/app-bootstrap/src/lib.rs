@@ -56,6 +56,8 @@ pub mod settings;
 
 #[cfg(feature = "redis")]
 pub use breaker::{BreakerState, CircuitBreaker};
+#[cfg(feature = "redis")]
+pub use compose::build_on;
 pub use compose::{BuildError, RateLimitRuntime, build};
 pub use config::{ConfigErrors, Problem, RateLimitSection, Sources, from_toml, load};
 pub use edge_middleware::{SecretError, SubjectHasher, SubjectSecret};

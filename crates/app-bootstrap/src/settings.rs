@@ -142,7 +142,8 @@ impl Settings {
         };
         #[cfg(feature = "redis")]
         if let Some(r) = e.provider.redis() {
-            let per_master = 2 * r.redis.connections as u64;
+            // At least one connection per serving thread (thread per core).
+            let per_master = 2 * r.redis.connections.max(self.http.serving_threads()) as u64;
             return match &r.redis.topology {
                 adapter_redis::Topology::Standalone => per_master,
                 adapter_redis::Topology::Sentinel { sentinels, .. } => {
@@ -319,11 +320,8 @@ impl LogFormat {
 pub struct HttpSettings {
     /// The listen address (`http.bind`); port 0 takes a free port.
     pub bind: SocketAddr,
-    /// Threads serving HTTP and gRPC connections, each a single-threaded runtime that keeps
-    /// the connections it is given (thread per core; the first is the main thread, which
-    /// also runs the provider's connections and background tasks); `None`: one per CPU. A
-    /// sidecar that shares its cores with the service and Redis can do with fewer
-    /// (docs/performance.md, "Thread per core").
+    /// Threads serving HTTP and gRPC, thread per core (docs/operations.md); `None`: one per
+    /// CPU.
     pub worker_threads: Option<usize>,
     /// How long a client has to send a complete request head; then the connection is closed.
     pub header_read_timeout: Duration,
@@ -336,6 +334,13 @@ pub struct HttpSettings {
 }
 
 impl HttpSettings {
+    /// The threads that serve: `worker_threads`, or one per CPU.
+    pub fn serving_threads(&self) -> usize {
+        self.worker_threads.unwrap_or_else(|| {
+            std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
+        })
+    }
+
     /// The most `http.worker_threads` accepts.
     pub const MAX_WORKER_THREADS: usize = 1024;
     /// The longest `header_read_timeout` and `idle_timeout` accepted.

@@ -47,6 +47,12 @@ impl Workers {
         }))
     }
 
+    /// The serving runtimes, the caller's first (empty for [`Self::current`]): where a
+    /// provider places its connections, one per thread.
+    pub fn runtimes(&self) -> &[Handle] {
+        &self.0.handles
+    }
+
     /// How many runtimes serve connections (1 for [`Self::current`]).
     pub fn count(&self) -> usize {
         self.0.handles.len().max(1)

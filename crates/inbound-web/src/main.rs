@@ -78,9 +78,7 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let serving = settings.http.worker_threads.unwrap_or_else(|| {
-        std::thread::available_parallelism().map_or(1, std::num::NonZeroUsize::get)
-    });
+    let serving = settings.http.serving_threads();
     let threads = match inbound_listener::WorkerThreads::start(serving, runtime.handle().clone()) {
         Ok(t) => t,
         Err(e) => {
@@ -190,7 +188,9 @@ async fn serve(
 ) -> ExitCode {
     let prometheus = install_metrics();
 
-    let runtime = match app_bootstrap::build(&settings.rate_limit).await {
+    // The provider's Redis connections, one per serving thread (each thread's requests use
+    // their own).
+    let runtime = match app_bootstrap::build_on(&settings.rate_limit, workers.runtimes()).await {
         Ok(Some(runtime)) => Some(runtime),
         Ok(None) => {
             tracing::info!("rate limiting disabled: no provider, connection or task was created");

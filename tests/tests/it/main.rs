@@ -42,6 +42,7 @@ mod redis_faults;
 mod redis_fleet;
 mod redis_leases;
 mod redis_multi;
+mod redis_placement;
 mod redis_provider;
 mod redis_tls_acl;
 mod sentinel_provider;

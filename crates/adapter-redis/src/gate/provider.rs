@@ -64,6 +64,7 @@ use crate::acl::Needs;
 use crate::error::{Error, SettingsProblem, SettingsProblems};
 use crate::failure::Failure;
 use crate::keys::hash_slot;
+use crate::placement::Placement;
 use crate::pool::Pool;
 use crate::resp;
 use crate::script::{Script, ScriptArgs};
@@ -425,7 +426,7 @@ impl RedisGateProvider {
         }
         let scripts = programs::scripts();
         let needs = Needs::gates(&settings.key_prefix, &scripts).for_settings(&settings);
-        let pool = Pool::start(&settings, resolved, scripts, needs).await;
+        let pool = Pool::start(&settings, resolved, scripts, needs, Placement::default()).await;
         let shared = Arc::new(Gates {
             settings,
             gate_settings,
