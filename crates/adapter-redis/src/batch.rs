@@ -161,7 +161,7 @@ impl Batcher {
         } = decision;
         // A script's keys must share a slot on a cluster; elsewhere one master takes them all.
         let node = if pool.is_cluster() { slot } else { 0 };
-        let group = (node, pool.is_placed().then(|| std::thread::current().id()));
+        let group = (node, pool.is_placed().then(crate::placement::this_thread));
         let (tx, rx) = oneshot::channel();
         let leads = {
             let mut groups = lock(&self.groups);

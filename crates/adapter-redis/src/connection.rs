@@ -270,7 +270,7 @@ impl NodeSet {
                     Some(runtime) => {
                         let slot = slot.clone();
                         runtime.spawn(async move {
-                            let _ = slot.home.set(std::thread::current().id());
+                            let _ = slot.home.set(crate::placement::this_thread());
                             supervisor.await;
                         })
                     }
@@ -352,7 +352,7 @@ impl NodeSet {
 impl NodeSet {
     /// The live connection whose runtime runs on the caller's thread, if any.
     fn own(&self) -> Option<Arc<Link>> {
-        let me = std::thread::current().id();
+        let me = crate::placement::this_thread();
         let slot = self.slots.iter().find(|s| s.home.get() == Some(&me))?;
         let guard = match slot.state.read() {
             Ok(g) => g,

@@ -7,7 +7,19 @@
 //! on its own thread: no wake-up crosses to another thread. Without a placement the
 //! connections run on the runtime that built the provider, as before.
 
+use std::thread::ThreadId;
+
 use tokio::runtime::Handle;
+
+thread_local! {
+    static THIS_THREAD: ThreadId = std::thread::current().id();
+}
+
+/// The calling thread's id, read once per thread: a connection pick asks on every decision,
+/// and `thread::current()` would clone and drop a shared handle each time.
+pub(crate) fn this_thread() -> ThreadId {
+    THIS_THREAD.with(|id| *id)
+}
 
 /// The runtimes a provider's connections are spread over; empty: the caller's runtime.
 #[derive(Clone, Default)]

@@ -79,33 +79,8 @@ pub struct Admission {
 /// loop holds at most `max_connections + 1` connections), and further clients wait in the
 /// listen backlog until one closes; the loop does not spin on them.
 ///
-/// Connections are served on the runtime the loop runs on; [`serve_on`] spreads them over
-/// [`Workers`].
-///
-/// # Errors
-/// None today (accept failures are retried); the type leaves room for fatal ones.
-pub async fn serve<F, C>(
-    listener: TcpListener,
-    admission: Admission,
-    shutdown: impl Future<Output = ()>,
-    connection: F,
-) -> std::io::Result<()>
-where
-    F: Fn(TcpStream, SocketAddr, Arc<Activity>, Stop) -> C + Send + Sync + 'static,
-    C: Future<Output = ()> + Send + 'static,
-{
-    serve_on(
-        listener,
-        admission,
-        &Workers::current(),
-        shutdown,
-        connection,
-    )
-    .await
-}
-
-/// [`serve`], each connection handed round robin to one of `workers` and served there for
-/// its whole life (the cap, eviction and drain hold across all of them).
+/// Each connection is handed round robin to one of `workers` and served there for its whole
+/// life ([`Workers::current`]: on the runtime the loop runs on).
 ///
 /// # Errors
 /// None today (accept failures are retried); the type leaves room for fatal ones.

@@ -1,7 +1,7 @@
 //! Accept loops that hold under hostile clients, for any protocol served over TCP.
 //!
 //! The key design decision: the loop, not the protocol, owns the connection's lifetime. The
-//! caller gives [`serve`] a function that serves one connection (HTTP/1 with hyper in
+//! caller gives [`serve_on`] a function that serves one connection (HTTP/1 with hyper in
 //! `inbound-web`, HTTP/2 in `inbound-grpc`); the loop holds a connection permit while that
 //! function runs, and [`supervise`] closes what a protocol library would keep open forever (a
 //! connection that never sends its first bytes, one that stays idle). So both ports of the
@@ -25,7 +25,7 @@ pub mod budget;
 pub mod connection;
 pub mod workers;
 
-pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Throttle, serve, serve_on};
+pub use accept::{ACCEPT_BACKOFF, Admission, LOG_INTERVAL, Throttle, serve_on};
 pub use budget::{Budget, open_descriptors, open_file_limit};
 pub use connection::{Activity, Call, Handshake, IdleBy, Stop, Timeouts, Tracked, supervise};
 pub use workers::{WorkerThreads, Workers};
