@@ -480,19 +480,31 @@ fn memory_table() {
     }
 }
 
-/// `ADAPTER_LOCAL_BENCH_PROFILE=hot|many`: only loop `local_sync` for 10 s (under `perf`).
+/// `ADAPTER_LOCAL_BENCH_PROFILE=hot|many[,governor][,2]`: only loop `local_sync` (or
+/// governor's keyed limiter) for 10 s, on one thread (or two): for `perf`, and for quick
+/// comparisons that take turns.
 fn profile(which: &str) {
-    let keys = keys(if which == "many" { MANY_KEYS } else { 1 });
-    let l = LocalSync(local(LocalSettings::default().max_keys));
-    prefill(&l, &keys);
+    let parts: Vec<&str> = which.split(',').collect();
+    let keys = keys(if parts.contains(&"many") {
+        MANY_KEYS
+    } else {
+        1
+    });
+    let threads = if parts.contains(&"2") { 2 } else { 1 };
+    let l: Box<dyn Limiter> = if parts.contains(&"governor") {
+        Box::new(Governor(governor()))
+    } else {
+        Box::new(LocalSync(local(LocalSettings::default().max_keys)))
+    };
+    prefill(l.as_ref(), &keys);
     let start = Instant::now();
     let mut n = 0u64;
     while start.elapsed() < Duration::from_secs(10) {
-        run(&l, &keys, 1, 1_000_000);
+        run(l.as_ref(), &keys, threads, 1_000_000);
         n += 1_000_000;
     }
     println!(
-        "{:.0} decisions/s",
+        "{which}: {:.0} decisions/s",
         n as f64 / start.elapsed().as_secs_f64()
     );
 }

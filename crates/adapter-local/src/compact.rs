@@ -1,4 +1,5 @@
-//! A stored algorithm state in 24 bytes, so that a store bucket (key and entry) is 72.
+//! A stored algorithm state in 24 bytes, so that a store bucket (key and entry) is 64:
+//! one cache line.
 //!
 //! `AlgorithmState` is 32 bytes: the sliding log's and the concurrency policy's `Vec` set its
 //! size, though the other four algorithms need two or three words. Here those four are three

@@ -41,7 +41,7 @@ impl LocalProvider {
             .get(policy.id())
             .ok_or_else(|| RequestError::UnknownPolicy(policy.id().clone()))?
             .slot;
-        Ok((Key::new(slot.index, subject.as_bytes()), slot.lifetime_ms))
+        Ok((Key::new(&slot.mask, subject.as_bytes()), slot.lifetime_ms))
     }
 
     /// Acquires one lease now, without an executor (see [`shared_contract::EdgeRateLimitPort::acquire_lease`]).

@@ -112,7 +112,7 @@ pub use replay::MAX_REPLAYS;
 use replay::{ReplayKey, Replays};
 pub use reservations::MAX_RESERVATIONS;
 use reservations::Records;
-use store::{Key, SeededFold, Store};
+use store::{Key, Mask, SeededFold, Store};
 
 #[cfg(feature = "publisher")]
 pub use gate::LocalGatePublisher;
@@ -182,6 +182,8 @@ pub struct LocalProvider {
 #[derive(Debug, Clone, Copy)]
 struct Slot {
     index: u32,
+    /// The slot's key mask, made once here rather than per decision.
+    mask: Mask,
     lifetime_ms: u64,
     revision: PolicyRevision,
 }
@@ -302,7 +304,7 @@ impl LocalProvider {
             return Err(RequestError::UnknownPolicy(request.policy_id.clone()));
         };
         policy.admit_cost(request.cost)?;
-        let key = Key::new(slot.index, request.subject.as_bytes());
+        let key = Key::new(&slot.mask, request.subject.as_bytes());
         let cost = request.cost;
         let lifetime_ms = slot.lifetime_ms;
         // The store reads the clock under the key's lock, so the evaluations of one key see
@@ -342,12 +344,13 @@ impl LocalProvider {
                 .slots
                 .get(p.id())
                 .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?;
-            slots.push(held.slot.index);
+            slots.push(held.slot);
         }
         let Some(id) = &request.evaluation_id else {
             return Ok(self.decide_all(request, &policies, &slots));
         };
-        let key = ReplayKey::new(id, request, &slots);
+        let indexes: Vec<u32> = slots.iter().map(|s| s.index).collect();
+        let key = ReplayKey::new(id, request, &indexes);
         let mut replays = self.replays.lock();
         let now = self.clock.now_ms();
         if let Some(first) = replays.get(&key, now) {
@@ -366,14 +369,19 @@ impl LocalProvider {
         &self,
         request: &MultiRequest,
         policies: &[&RateLimitPolicy],
-        slots: &[u32],
+        slots: &[Slot],
     ) -> MultiOutcome {
         let keys: Vec<(Key, u64)> = request
             .limits
             .iter()
             .zip(policies)
             .zip(slots)
-            .map(|((l, p), &slot)| (Key::new(slot, l.subject.as_bytes()), entry_lifetime_ms(p)))
+            .map(|((l, p), slot)| {
+                (
+                    Key::new(&slot.mask, l.subject.as_bytes()),
+                    entry_lifetime_ms(p),
+                )
+            })
             .collect();
         let evaluation = self
             .store
@@ -484,6 +492,7 @@ fn assign_slots(
         };
         let slot = Slot {
             index,
+            mask: Mask::of(index),
             lifetime_ms: entry_lifetime_ms(policy),
             revision: policy.revision(),
         };

@@ -266,7 +266,7 @@ impl LocalProvider {
                     .get(p.id())
                     .ok_or_else(|| RequestError::UnknownPolicy(p.id().clone()))?
                     .slot;
-                Ok((Key::new(slot.index, subject.as_bytes()), slot.lifetime_ms))
+                Ok((Key::new(&slot.mask, subject.as_bytes()), slot.lifetime_ms))
             })
             .collect()
     }

@@ -38,33 +38,57 @@ use shared_contract::model::AlgorithmState;
 
 use crate::compact::Compact;
 
-/// One stored key: the policy's slot in this provider (which fixes policy id and revision) and
-/// the subject digest, as four words so that comparing and hashing are a few register
-/// operations (no `memcmp` call per probe).
+/// One stored key in 32 bytes: the subject digest XOR the policy slot's [`Mask`], as four
+/// words so that comparing and hashing are a few register operations (no `memcmp` call per
+/// probe).
+///
+/// Why a mask instead of the slot number beside the digest: 32 bytes of key and 32 of entry
+/// make a bucket of exactly one cache line (a 36-byte key made it 72 bytes, two lines). Two
+/// keys of one policy are equal exactly when their digests are. Keys of two policies coincide
+/// only when their digests differ by exactly the XOR of the two policies' masks: 256 secret
+/// random bits, so about 2^-256 for digests nobody can aim (HMAC outputs under a secret key),
+/// far below the 2^-128 at which two subjects' digests coincide at all.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Key {
-    slot: u32,
     words: [u64; 4],
 }
 
 impl Key {
-    pub fn new(slot: u32, subject: &[u8; 32]) -> Self {
-        let mut words = [0u64; 4];
+    pub fn new(mask: &Mask, subject: &[u8; 32]) -> Self {
+        let mut words = mask.0;
         for (w, chunk) in words.iter_mut().zip(subject.chunks_exact(8)) {
             let mut b = [0u8; 8];
             b.copy_from_slice(chunk);
-            *w = u64::from_le_bytes(b);
+            *w ^= u64::from_le_bytes(b);
         }
-        Self { slot, words }
+        Self { words }
     }
 }
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
-        // Two words of the digest are plenty of entropy for a map index; equality still
+        // Two words of the masked digest are plenty of entropy for a map index; equality still
         // compares all 32 bytes.
-        state.write_u64(self.words[0] ^ u64::from(self.slot).rotate_left(32));
+        state.write_u64(self.words[0]);
         state.write_u64(self.words[1]);
+    }
+}
+
+/// A policy slot's 256-bit key mask ([`Key`]): SipHash of the slot number under a random key
+/// made once per process, so the slot's keys are the same in every provider that shares the
+/// store (a reload keeps a slot, and so its keys), and no mask says anything about another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Mask([u64; 4]);
+
+impl Mask {
+    pub fn of(slot: u32) -> Self {
+        static SECRET: std::sync::OnceLock<RandomState> = std::sync::OnceLock::new();
+        let secret = SECRET.get_or_init(RandomState::new);
+        let mut words = [0u64; 4];
+        for (i, w) in (0u8..).zip(words.iter_mut()) {
+            *w = secret.hash_one((slot, i));
+        }
+        Self(words)
     }
 }
 
@@ -140,7 +164,7 @@ struct Entry {
     state: Compact,
     /// Provider-clock ms from which the entry reads as absent (below 2^48, like every time
     /// the models accept), and in the top bit whether the key was seen since the CLOCK hand
-    /// last passed: one word instead of two keeps a bucket at 72 bytes.
+    /// last passed: one word instead of two keeps a bucket at 64 bytes.
     expiry: u64,
 }
 
@@ -174,13 +198,22 @@ impl Entry {
     }
 }
 
+/// A key and its entry in one cache line: 32 bytes each, aligned to 64, so a probe that finds
+/// its key reads one line of buckets (beside hashbrown's control bytes).
+#[derive(Debug)]
+#[repr(align(64))]
+struct Bucket {
+    key: Key,
+    entry: Entry,
+}
+
 /// One lock's worth of keys. The map holds the state inline, so a decision touches one bucket.
 /// The CLOCK hand and the sweep walk the table's buckets by index (only inserts use them): a
 /// bucket index needs no copy of the key, and a rehash only moves where they look next, which
 /// CLOCK's approximation tolerates.
 #[derive(Debug)]
 struct Shard {
-    map: HashTable<(Key, Entry)>,
+    map: HashTable<Bucket>,
     hasher: SeededFold,
     /// CLOCK hand: the bucket index of the next eviction candidate.
     hand: usize,
@@ -241,8 +274,8 @@ impl Shard {
 
     fn get(&self, key: &Key) -> Option<&Entry> {
         self.map
-            .find(self.hash(key), |(k, _)| k == key)
-            .map(|(_, e)| e)
+            .find(self.hash(key), |b| b.key == *key)
+            .map(|b| &b.entry)
     }
 
     fn get_mut(&mut self, key: &Key) -> Option<&mut Entry> {
@@ -252,13 +285,15 @@ impl Shard {
     /// [`Self::get_mut`] with the key's hash already made (by the store, which picked the
     /// shard with it: every shard shares the store's hasher).
     fn get_mut_hashed(&mut self, hash: u64, key: &Key) -> Option<&mut Entry> {
-        self.map.find_mut(hash, |(k, _)| k == key).map(|(_, e)| e)
+        self.map
+            .find_mut(hash, |b| b.key == *key)
+            .map(|b| &mut b.entry)
     }
 
     /// Removes the key in bucket `i` when it is expired at `now_ms`; 1 when one was removed.
     fn remove_if_expired(&mut self, i: usize, now_ms: u64) -> u64 {
         match self.map.get_bucket_entry(i) {
-            Ok(entry) if entry.get().1.expires_at_ms() <= now_ms => {
+            Ok(entry) if entry.get().entry.expires_at_ms() <= now_ms => {
                 entry.remove();
                 1
             }
@@ -298,7 +333,7 @@ impl Shard {
             }
             let i = self.hand;
             self.hand += 1;
-            let Some((_, e)) = self.map.get_bucket_mut(i) else {
+            let Some(Bucket { entry: e, .. }) = self.map.get_bucket_mut(i) else {
                 continue;
             };
             if e.expires_at_ms() <= now_ms {
@@ -317,10 +352,9 @@ impl Shard {
         }
         cold.or(last).unwrap_or_else(|| {
             let hasher = self.hasher;
-            let (key, _) = self.map.iter().next().expect("the shard is not empty");
-            let key = *key;
+            let key = self.map.iter().next().expect("the shard is not empty").key;
             self.map
-                .find_bucket_index(hasher.hash_one(key), |(k, _)| *k == key)
+                .find_bucket_index(hasher.hash_one(key), |b| b.key == key)
                 .expect("a key of the table is found in it")
         })
     }
@@ -356,8 +390,11 @@ impl Shard {
         let hasher = self.hasher;
         self.map.insert_unique(
             self.hash(&key),
-            (key, Entry::new(state, expires_at_ms)),
-            |(k, _)| hasher.hash_one(k),
+            Bucket {
+                key,
+                entry: Entry::new(state, expires_at_ms),
+            },
+            |b| hasher.hash_one(b.key),
         );
     }
 }
@@ -511,7 +548,7 @@ impl Store {
         for shard in self.shards.iter() {
             let mut shard = shard.lock();
             let before = shard.map.len();
-            shard.map.retain(|(_, e)| e.expires_at_ms() > now_ms);
+            shard.map.retain(|b| b.entry.expires_at_ms() > now_ms);
             self.budget.give_back((before - shard.map.len()) as u64);
             live += shard.map.len() as u64;
         }
@@ -532,7 +569,7 @@ mod tests {
             *b = (n.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> ((i % 8) * 8)) as u8 ^ (i as u8);
         }
         subject[16..24].copy_from_slice(&n.to_le_bytes());
-        Key::new(0, &subject)
+        Key::new(&Mask::of(0), &subject)
     }
 
     fn state(count: u64) -> AlgorithmState {
@@ -666,20 +703,40 @@ mod tests {
         let (mut a, mut b) = ([7u8; 32], [7u8; 32]);
         a[31] = 1;
         b[31] = 2;
-        let (a, b) = (Key::new(0, &a), Key::new(0, &b));
+        let slot0 = Mask::of(0);
+        let (a, b) = (Key::new(&slot0, &a), Key::new(&slot0, &b));
         write(&store, &clock, a, 1, 1_000);
         write(&store, &clock, b, 2, 1_000);
         assert_eq!(read(&store, &clock, a), Some(state(1)));
         assert_eq!(read(&store, &clock, b), Some(state(2)));
-        assert_eq!(read(&store, &clock, Key::new(1, &[7u8; 32])), None);
+        assert_eq!(
+            read(&store, &clock, Key::new(&Mask::of(1), &[7u8; 32])),
+            None
+        );
     }
 
     #[test]
-    fn a_map_bucket_stays_within_72_bytes() {
-        // Key 40 + entry 32 (state 24, expiry with the reference bit): the layout
-        // docs/performance.md's bytes-per-key figure rests on. Larger buckets cost cache misses.
-        let bucket = std::mem::size_of::<(Key, Entry)>();
-        assert!(bucket <= 72, "{bucket} bytes");
+    fn one_digest_is_a_different_key_in_every_slot() {
+        let (store, clock) = (Store::new(10), ManualClock::new(0));
+        let subject = [9u8; 32];
+        let keys: Vec<Key> = (0..4).map(|s| Key::new(&Mask::of(s), &subject)).collect();
+        for (n, k) in (1..).zip(&keys) {
+            write(&store, &clock, *k, n, 1_000);
+        }
+        for (n, k) in (1..).zip(&keys) {
+            assert_eq!(read(&store, &clock, *k), Some(state(n)));
+        }
+        // The same slot always masks alike: a reloaded provider finds its keys again.
+        assert_eq!(Key::new(&Mask::of(2), &subject), keys[2]);
+    }
+
+    #[test]
+    fn a_map_bucket_is_one_cache_line() {
+        // Key 32 + entry 32 (state 24, expiry with the reference bit), aligned to 64: the
+        // layout docs/performance.md's bytes-per-key figure rests on. A larger bucket spans two
+        // lines, a cache miss more per decision.
+        assert_eq!(std::mem::size_of::<Bucket>(), 64);
+        assert_eq!(std::mem::align_of::<Bucket>(), 64);
     }
 
     #[test]
