@@ -15,8 +15,10 @@
 #   grpc-c2m32   h2load -t1 -c2 -m32 (grpc-cpu.sh's shape)
 #   http-c16     wrk -t1 -c16: POST /v1/evaluate {"policy":"api","subject":"k-1","cost":1}
 # The same policy, the same subject, one decision per request. Printed per run: requests/s,
-# p99 (h2load: from its per-request log; wrk: --latency), and the server's CPU (utime + stime
-# of /proc/PID/stat) per decision in microseconds; per round the ratios gRPC/HTTP, and at
+# p99 (h2load: from its per-request log; wrk: --latency), the server's CPU (utime + stime
+# of /proc/PID/stat) per decision in microseconds, and its threads' context switches per
+# decision, voluntary + involuntary (a thread that slept in epoll_wait and was woken, and a
+# thread preempted: /proc/PID/task/*/status); per round the ratios gRPC/HTTP, and at
 # the end the medians. The raw outputs stay in OUT (default /tmp/grpc-vs-http-cpu).
 # Runs with anything but 2xx/200 answers are flagged ("errors N").
 set -eu
@@ -71,9 +73,9 @@ run() {
       c=${load#grpc-c}; m=${c#*m}; c=${c%m*}
       h2 -t1 -c "$c" -m "$m" -D 2 >/dev/null
       rm -f "$TMP/h2.log"
-      before=$(app_cpu)
+      before=$(app_cpu); sw0=$(app_switches)
       h2 -t1 -c "$c" -m "$m" -D "$SECONDS_EACH" --log-file="$TMP/h2.log" > "$raw"
-      after=$(app_cpu)
+      after=$(app_cpu); sw1=$(app_switches)
       reqs=$(awk '/^requests:/ {print $8}' "$raw")   # succeeded
       errs=$(awk '/^requests:/ {print $10 + $12}' "$raw")   # failed + errored
       # A gRPC error is HTTP 200 with grpc-status in the trailers: h2load cannot see it, so
@@ -84,9 +86,9 @@ run() {
     http-c*)
       c=${load#http-c}
       wrk -t1 -c "$c" -d 2s -s "$TMP/evaluate.lua" "$HTTP_URL" >/dev/null
-      before=$(app_cpu)
+      before=$(app_cpu); sw0=$(app_switches)
       wrk -t1 -c "$c" -d "${SECONDS_EACH}s" --latency -s "$TMP/evaluate.lua" "$HTTP_URL" > "$raw"
-      after=$(app_cpu)
+      after=$(app_cpu); sw1=$(app_switches)
       reqs=$(awk '/requests in/ {print $1}' "$raw")
       errs=$(awk '/Non-2xx/ {n += $NF} /Socket errors/ {n += 1} END {print n + 0}' "$raw")
       rps=$(awk '/Requests\/sec/ {print $2}' "$raw")
@@ -94,14 +96,19 @@ run() {
       ;;
   esac
   awk -v l="$load" -v r="$round" -v b="$before" -v a="$after" -v n="$reqs" -v t="$tick" \
-    -v rps="$rps" -v p99="$p99" -v e="$errs" \
-    'BEGIN { printf "%-11s round %d  req/s %9s  p99 %9s  server CPU/decision %6.2f us  errors %s\n", l, r, rps, p99, (a - b) / t / n * 1e6, e;
+    -v rps="$rps" -v p99="$p99" -v e="$errs" -v sw0="$sw0" -v sw1="$sw1" \
+    'BEGIN { split(sw0, s0, " "); split(sw1, s1, " ");
+             printf "%-11s round %d  req/s %9s  p99 %9s  server CPU/decision %6.2f us  switches/decision %.3f + %.3f  errors %s\n", l, r, rps, p99, (a - b) / t / n * 1e6, (s1[1] - s0[1]) / n, (s1[2] - s0[2]) / n, e;
              printf "%s %d %s %s %.3f %s\n", l, r, rps, p99, (a - b) / t / n * 1e6, e >> "'"$TMP/rows"'" }'
 }
 
 RUST_LOG=warn "$BIN" --config "$TMP/app.toml" 2>"$TMP/app.log" &
 APID=$!
 app_cpu() { awk '{print $14 + $15}' "/proc/$APID/stat"; }
+# Context switches of all the app's threads (voluntary: a thread slept, e.g. in epoll_wait,
+# and was woken; involuntary: preempted).
+# Printed as "voluntary involuntary".
+app_switches() { cat /proc/"$APID"/task/*/status | awk '/^voluntary_ctxt/ {v += $2} /^nonvoluntary_ctxt/ {i += $2} END {print v, i}'; }
 for _ in $(seq 1 300); do curl -sf "http://127.0.0.1:$HPORT/healthz" >/dev/null && break; sleep 0.1; done
 curl -sf "http://127.0.0.1:$HPORT/healthz" >/dev/null || { echo "app did not start"; cat "$TMP/app.log"; exit 1; }
 threads=$(awk '/^Threads:/ {print $2}' "/proc/$APID/status")

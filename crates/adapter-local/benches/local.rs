@@ -481,8 +481,8 @@ fn memory_table() {
 }
 
 /// `ADAPTER_LOCAL_BENCH_PROFILE=hot|many[,governor][,2]`: only loop `local_sync` (or
-/// governor's keyed limiter) for 10 s, on one thread (or two): for `perf`, and for quick
-/// comparisons that take turns.
+/// governor's keyed limiter) for `ADAPTER_LOCAL_BENCH_SECS` (10) s, on one thread (or two):
+/// for `perf`, and for quick comparisons that take turns (`bench/adapter-local/ab.sh`).
 fn profile(which: &str) {
     let parts: Vec<&str> = which.split(',').collect();
     let keys = keys(if parts.contains(&"many") {
@@ -497,11 +497,15 @@ fn profile(which: &str) {
         Box::new(LocalSync(local(LocalSettings::default().max_keys)))
     };
     prefill(l.as_ref(), &keys);
+    let secs = std::env::var("ADAPTER_LOCAL_BENCH_SECS")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(10);
     let start = Instant::now();
     let mut n = 0u64;
-    while start.elapsed() < Duration::from_secs(10) {
-        run(l.as_ref(), &keys, threads, 1_000_000);
-        n += 1_000_000;
+    while start.elapsed() < Duration::from_secs(secs) {
+        run(l.as_ref(), &keys, threads, 200_000);
+        n += 200_000;
     }
     println!(
         "{which}: {:.0} decisions/s",
