@@ -11,7 +11,8 @@
 //!
 //! State is keyed by (policy id, policy revision, subject digest): each policy of the
 //! provider's [`PolicySet`] gets its own slot, and a slot fixes id and revision, so a new
-//! revision never reads an old revision's state.
+//! revision never reads an old revision's state. (In the map a key is the digest XOR a secret
+//! random mask of its slot: 32 bytes, see `store::Key`.)
 //!
 //! An entry expires [`RateLimitPolicy::state_lifetime_ms`] (the algorithm's reset horizon plus
 //! the policy's cleanup grace) plus `max_clock_regression` after its last write, by the
@@ -349,8 +350,7 @@ impl LocalProvider {
         let Some(id) = &request.evaluation_id else {
             return Ok(self.decide_all(request, &policies, &slots));
         };
-        let indexes: Vec<u32> = slots.iter().map(|s| s.index).collect();
-        let key = ReplayKey::new(id, request, &indexes);
+        let key = ReplayKey::new(id, request, slots.iter().map(|s| s.index));
         let mut replays = self.replays.lock();
         let now = self.clock.now_ms();
         if let Some(first) = replays.get(&key, now) {

@@ -21,14 +21,18 @@ pub(crate) struct ReplayKey {
 }
 
 impl ReplayKey {
-    pub fn new(id: &EvaluationId, request: &MultiRequest, slots: &[u32]) -> Self {
+    pub fn new(
+        id: &EvaluationId,
+        request: &MultiRequest,
+        slots: impl IntoIterator<Item = u32>,
+    ) -> Self {
         Self {
             id: id.as_str().into(),
             limits: request
                 .limits
                 .iter()
                 .zip(slots)
-                .map(|(l, &slot)| (slot, *l.subject.as_bytes(), l.cost.get()))
+                .map(|(l, slot)| (slot, *l.subject.as_bytes(), l.cost.get()))
                 .collect(),
         }
     }
