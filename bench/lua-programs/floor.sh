@@ -13,13 +13,21 @@
 # itself, does not include it. drive.py fails the run on any error reply or on a decision
 # other than ALLOWED or DENIED.
 #
+# The fixed window's floor keeps an existing key's expiry (floors/single-keep.lua) as the
+# program does within a window; the others' floor sets it (floors/single.lua).
+#
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
 # three single token-bucket calls (goals: <= 1.25x the floor; multi <= 0.6x three singles).
 # `charge` is the settlement program charging one token-bucket member after the work.
 #
+# BASE=<git revision> also runs each program as that revision has it, in the same rounds,
+# and prints program/base (a change's effect, side by side). ONLY="fixed-window multi"
+# measures just those (names as in the table; the multi line needs token-bucket too).
+#
 #   bench/lua-programs/floor.sh    # N=200000 ROUNDS=3 CLIENTS=16 PIPELINE=4 RANGE=1000000
 #   ROUNDS=5 N=400000 bench/lua-programs/floor.sh
+#   BASE=HEAD~1 ONLY=fixed-window RANGE=20000 bench/lua-programs/floor.sh
 set -euo pipefail
 # A failed drive.py run inside $(measure ...) stops the script.
 shopt -s inherit_errexit
@@ -64,14 +72,28 @@ for p in "${programs[@]}"; do
   sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v2.lua")")
   sha[$p-floor]=$single_floor
 done
+# The fixed window keeps an existing key's expiry in the key's window, so its floor does.
+sha[fixed-window-floor]=$(cli SCRIPT LOAD "$(cat "$here/floors/single-keep.lua")")
 sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
 sha[multi-floor]=$multi_floor
 sha[charge]=$(cli SCRIPT LOAD "$(cat "$lua/rate-settle-v1.lua")")
 sha[charge-floor]=$(cli SCRIPT LOAD "$(cat "$here/floors/settle-1.lua")")
+BASE=${BASE:-}
+if [ -n "$BASE" ]; then
+  base() { git -C "$root" show "$BASE:crates/adapter-redis/lua/$1"; }
+  for p in "${programs[@]}"; do
+    sha[$p-base]=$(cli SCRIPT LOAD "$(base "rate-$p-v2.lua")")
+  done
+  sha[multi-base]=$(cli SCRIPT LOAD "$(base rate-multi-v2.lua)")
+  sha[charge-base]=$(cli SCRIPT LOAD "$(base rate-settle-v1.lua)")
+fi
+ONLY=${ONLY:-${programs[*]} multi charge}
+read -r -a measured <<<"$ONLY"
 
 # drive.py's arguments for a script: its sha, keys and ARGV.
 call() {
   local p=${1%-floor}
+  p=${p%-base}
   if [ "$p" = multi ]; then
     drive --sha "${sha[$1]}" --key 'rl:a:{__rand_int__}' --key 'rl:b:{__rand_int__}' \
       --key 'rl:c:{__rand_int__}' "${@:2}" -- "${multi_args[@]}"
@@ -83,7 +105,10 @@ call() {
 }
 drive() { python3 "$here/drive.py" --port "$PORT" "$@"; }
 names=()
-for p in "${programs[@]}" multi charge; do names+=("$p" "$p-floor"); done
+for p in "${measured[@]}"; do
+  names+=("$p" "$p-floor")
+  if [ -n "$BASE" ]; then names+=("$p-base"); fi
+done
 
 # Each script must answer ALLOWED on a fresh key: a program refusing its arguments
 # (INVALID) would measure its cheapest path.
@@ -105,25 +130,35 @@ measure() {
 
 out="$DIR/figures"
 echo "redis $(redis-server --version | awk '{sub("v=", "", $3); print $3}'); N=$N ROUNDS=$ROUNDS c=$CLIENTS P=$PIPELINE r=$RANGE"
-printf '%-16s %5s %10s %10s %7s\n' program round usec floor ratio
+printf '%-16s %5s %10s %10s %7s %10s\n' program round usec floor ratio base
 for round in $(seq 1 "$ROUNDS"); do
-  for p in "${programs[@]}" multi charge; do
+  for p in "${measured[@]}"; do
     u=$(measure "$p")
     f=$(measure "$p-floor")
+    b=-
+    if [ -n "$BASE" ]; then b=$(measure "$p-base"); fi
     ratio=$(awk -v u="$u" -v f="$f" 'BEGIN { printf "%.2f", u / f }')
-    printf '%-16s %5s %10s %10s %7s\n' "$p" "$round" "$u" "$f" "$ratio"
-    echo "$p $round $u $f" >>"$out"
+    printf '%-16s %5s %10s %10s %7s %10s\n' "$p" "$round" "$u" "$f" "$ratio" "$b"
+    echo "$p $round $u $f $b" >>"$out"
   done
 done
 
 echo
 echo "median over rounds:"
 median() { sort -n | awk '{ v[NR] = $1 } END { print (NR % 2) ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2 }'; }
-for p in "${programs[@]}" multi charge; do
+for p in "${measured[@]}"; do
   r=$(awk -v p="$p" '$1 == p { printf "%.4f\n", $3 / $4 }' "$out" | median)
-  printf '%-16s program/floor %.2f\n' "$p" "$r"
+  printf '%-16s program/floor %.2f' "$p" "$r"
+  if [ -n "$BASE" ]; then
+    r=$(awk -v p="$p" '$1 == p { printf "%.4f\n", $3 / $5 }' "$out" | median)
+    printf '  program/base %.2f' "$r"
+  fi
+  echo
 done
 # The multi program against three single token-bucket calls of the same round.
-r=$(awk '$1 == "token-bucket" { tb[$2] = $3 } $1 == "multi" { m[$2] = $3 }
-  END { for (k in m) printf "%.4f\n", m[k] / (3 * tb[k]) }' "$out" | median)
-printf '%-16s multi/(3 x token-bucket) %.2f\n' multi "$r"
+case " ${measured[*]} " in *" multi "*" token-bucket "* | *" token-bucket "*" multi "*)
+  r=$(awk '$1 == "token-bucket" { tb[$2] = $3 } $1 == "multi" { m[$2] = $3 }
+    END { for (k in m) printf "%.4f\n", m[k] / (3 * tb[k]) }' "$out" | median)
+  printf '%-16s multi/(3 x token-bucket) %.2f\n' multi "$r"
+  ;;
+esac

@@ -25,7 +25,8 @@
 --   5 INVALID, then the six numbers). Redis converts a string to its reply far more cheaply
 --   than a table of seven fields, which is a member's largest cost after its SET.
 --   DECIDED             every member was decided; each row says how (ALLOWED written with
---                       SET ... PX, DENIED, CLOCK_UNSAFE, STATE_INCOMPATIBLE or INVALID
+--                       SET ... PX or KEEPTTL as its single program writes, DENIED,
+--                       CLOCK_UNSAFE, STATE_INCOMPATIBLE or INVALID
 --                       untouched). A member with an unknown algorithm code or bad
 --                       arguments is refused alone (its row INVALID); its neighbours are
 --                       decided as if it were not there.
@@ -41,7 +42,8 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The member functions, and M: each of them under its algorithm code as ARGV spells it.
 -- Each is the body of one single program after its time block, given its key's value (RAW)
--- instead of reading it, and handing back the value and TTL of its one SET with its allow.
+-- instead of reading it, and handing back the value and TTL of its one SET with its allow
+-- (a TTL of false: keep the key's expiry, as SET ... KEEPTTL).
 -- Generated: a unit test of adapter-redis (programs.rs) holds this section to the single
 -- programs, and rewrites it with RL_WRITE_MULTI_LUA=1.
 -- @generated begin
@@ -120,9 +122,12 @@ local function member_1(A, now, RAW)
   else
     return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
   end
-  local count = 0
+  -- Every write of a window sets one deadline, reset_at + grace on this clock (longer under a
+  -- regression than from eff, never shorter); a write into the window of the stored state
+  -- finds it set already and keeps it (false), which saves Redis rewriting the expiry.
+  local count, ttl = 0, reset_at - now + grace
   if last and last >= window_start then
-    count = stored
+    count, ttl = stored, false
   end
   local available = limit - count
   if cost > available then
@@ -136,7 +141,7 @@ local function member_1(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, ttl
 end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
@@ -676,8 +681,11 @@ for i = 1, n do
   if f then
     -- A wrong key type comes back as an error table, never raised.
     row, value, ttl = f(argv[2 * i + 1], now, redis.pcall('GET', key))
-    if value then
+    if not value then
+    elseif ttl then
       redis.call('SET', key, value, 'PX', ttl)
+    else
+      redis.call('SET', key, value, 'KEEPTTL')
     end
   else
     row = { 'INVALID', now, 0, 0, 0, 0, 0 }

@@ -23,7 +23,9 @@
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
---   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1)
+--   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1), the window's
+--                       deadline reset_at_ms + cleanup_grace_ms - server_now_ms, or with
+--                       SET ... KEEPTTL when the stored state is of the same window
 --   DENIED              not admitted; nothing written
 --   CLOCK_UNSAFE        TIME is behind the stored last_ms by more than the allowed
 --                       regression; nothing written
@@ -127,9 +129,12 @@ elseif eff >= b2 and eff < b3 then
 else
   return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
 end
-local count = 0
+-- Every write of a window sets one deadline, reset_at + grace on this clock (longer under a
+-- regression than from eff, never shorter); a write into the window of the stored state
+-- finds it set already and keeps it (false), which saves Redis rewriting the expiry.
+local count, ttl = 0, reset_at - now + grace
 if last and last >= window_start then
-  count = stored
+  count, ttl = stored, false
 end
 local available = limit - count
 if cost > available then
@@ -143,5 +148,11 @@ if revision < 256 and count < 4294967296 then
 else
   value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
 end
-redis.call('SET', KEYS[1], value, 'PX', reset_at - eff + grace)
+-- @write begin
+if ttl then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+end
+-- @write end
 return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }

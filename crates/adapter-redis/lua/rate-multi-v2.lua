@@ -23,7 +23,8 @@
 --   member's seven-field reply exactly as its single program answers it (a nested array;
 --   every row is present unless nothing was evaluated: an INVALID header or algorithm code
 --   or missing arguments, or a STATE_INCOMPATIBLE replay key (index n+1) has no rows).
---   ALLOWED             every member admitted; every member's state written (SET ... PX)
+--   ALLOWED             every member admitted; every member's state written (SET ... PX,
+--                       or KEEPTTL where its single program keeps the expiry)
 --   DENIED              a member denied; nothing written (admitting rows still say ALLOWED)
 --   CLOCK_UNSAFE        member `index` (the first such) saw TIME too far behind its state;
 --                       nothing written
@@ -48,10 +49,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The member functions, and M: each of them under its algorithm code as ARGV spells it.
 -- Each is the body of one single program after its time block, given its key's value (RAW)
--- instead of reading it, and handing back the value and TTL of its one SET with its allow,
--- so that the driver below writes only when every member admitted. Generated: a unit test
--- of adapter-redis (programs.rs) holds this section to the single programs, and rewrites it
--- with RL_WRITE_MULTI_LUA=1.
+-- instead of reading it, and handing back the value and TTL (false: keep the key's expiry)
+-- of its one SET with its allow, so that the driver below writes only when every member
+-- admitted. Generated: a unit test of adapter-redis (programs.rs) holds this section to the
+-- single programs, and rewrites it with RL_WRITE_MULTI_LUA=1.
 -- @generated begin
 -- @member fixed_window begin: generated from rate-fixed-window-v2.lua
 local function member_1(A, now, RAW)
@@ -128,9 +129,12 @@ local function member_1(A, now, RAW)
   else
     return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
   end
-  local count = 0
+  -- Every write of a window sets one deadline, reset_at + grace on this clock (longer under a
+  -- regression than from eff, never shorter); a write into the window of the stored state
+  -- finds it set already and keeps it (false), which saves Redis rewriting the expiry.
+  local count, ttl = 0, reset_at - now + grace
   if last and last >= window_start then
-    count = stored
+    count, ttl = stored, false
   end
   local available = limit - count
   if cost > available then
@@ -144,7 +148,7 @@ local function member_1(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, ttl
 end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
@@ -749,7 +753,11 @@ elseif unsafe > 0 then
 elseif admitted then
   status = 'ALLOWED'
   for i = 1, n do
-    redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+    if ttls[i] then
+      redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+    else
+      redis.call('SET', KEYS[i], values[i], 'KEEPTTL')
+    end
   end
 end
 if replay and index == 0 then

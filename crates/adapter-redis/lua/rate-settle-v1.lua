@@ -159,9 +159,12 @@ local function member_1(A, now, RAW)
   else
     return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
   end
-  local count = 0
+  -- Every write of a window sets one deadline, reset_at + grace on this clock (longer under a
+  -- regression than from eff, never shorter); a write into the window of the stored state
+  -- finds it set already and keeps it (false), which saves Redis rewriting the expiry.
+  local count, ttl = 0, reset_at - now + grace
   if last and last >= window_start then
-    count = stored
+    count, ttl = stored, false
   end
   local available = limit - count
   if cost > available then
@@ -175,7 +178,7 @@ local function member_1(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - eff + grace
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, ttl
 end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
@@ -711,7 +714,9 @@ local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member
 --           token bucket and GCRA max(0, unused - rate * (effective now - at_ms)); never
 --           more than used
 -- and the state is written at the effective time with what is counted beyond the limit as
--- its overdraft. The TTL is the time to reset plus the cleanup grace, at least 1 ms.
+-- its overdraft. The TTL is the time to reset plus the cleanup grace, at least 1 ms (a fixed
+-- window's: its one deadline, reset_at + grace - now, as its single program sets it). A
+-- check's TTL of false keeps the key's expiry (SET ... KEEPTTL).
 
 local function settle_1(A, now, RAW)
   local floor = math.floor
@@ -821,8 +826,9 @@ local function settle_1(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  local ttl = reset_at - eff + grace
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, ttl > 0 and ttl or 1
+  -- The window's one deadline, as the single program sets it (at least 1 ms: now <= eff <
+  -- reset_at); a settlement sets it rather than keep it.
+  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, reset_at - now + grace
 end
 
 local function settle_2(A, now, RAW)
@@ -1312,8 +1318,11 @@ elseif unsafe > 0 then
   status, index = 'CLOCK_UNSAFE', unsafe
 elseif op ~= 1 or admitted then
   for i = 1, n do
-    if values[i] then
+    if not values[i] then
+    elseif ttls[i] then
       redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+    else
+      redis.call('SET', KEYS[i], values[i], 'KEEPTTL')
     end
   end
   if op == 1 then

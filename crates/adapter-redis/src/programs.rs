@@ -286,7 +286,8 @@ mod tests {
     /// where `A` is the member's packed arguments (the line reading them from `ARGV[1]`
     /// dropped), `RAW` is the key's value as `redis.pcall('GET', key)` answers it (the driver
     /// reads it), the key count check dropped (the driver checks its keys), and the one
-    /// `SET` and the allow after it becoming an allow that hands back the value and TTL to
+    /// `SET ... PX` (or the `@write` block around it, which keeps the expiry when its TTL is
+    /// false) and the allow after it becoming an allow that hands back the value and TTL to
     /// write. Then `M`, the functions by the algorithm code as ARGV spells it.
     fn multi_members() -> Result<String, String> {
         const SET: &str = "redis.call('SET', KEYS[1], value, 'PX', ";
@@ -325,10 +326,28 @@ mod tests {
             ));
             let mut lines = body.lines();
             while let Some(line) = lines.next() {
-                let line = match line.split_once(SET) {
-                    Some((indent, rest)) => {
-                        let ttl = rest
-                            .strip_suffix(')')
+                let write = match line.split_once(WRITE_BEGIN) {
+                    // A write block: `SET ... PX ttl`, or `SET ... KEEPTTL` when `ttl` is
+                    // false; the member hands back `ttl` either way.
+                    Some((indent, "")) => {
+                        let block: Vec<&str> = lines
+                            .by_ref()
+                            .take_while(|l| l.trim() != WRITE_END)
+                            .collect();
+                        let ttl = block
+                            .iter()
+                            .find_map(|l| l.split_once(SET))
+                            .map(|(_, rest)| rest);
+                        Some((indent, ttl))
+                    }
+                    _ => line
+                        .split_once(SET)
+                        .map(|(indent, rest)| (indent, Some(rest))),
+                };
+                let line = match write {
+                    Some((indent, ttl)) => {
+                        let ttl = ttl
+                            .and_then(|rest| rest.strip_suffix(')'))
                             .ok_or_else(|| format!("{}: state write not on one line", s.name))?;
                         let allow = lines
                             .next()
@@ -356,6 +375,8 @@ mod tests {
     }
 
     const GET: &str = "local raw = redis.pcall('GET', KEYS[1])";
+    const WRITE_BEGIN: &str = "-- @write begin";
+    const WRITE_END: &str = "-- @write end";
     const STATE_BEGIN: &str = "-- @state begin\n";
     const STATE_END: &str = "-- @state end\n";
 

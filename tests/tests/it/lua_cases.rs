@@ -12,7 +12,7 @@ use proptest::prelude::*;
 use proptest::test_runner::TestCaseError;
 use shared_contract::exact::{MAX_SAFE_INTEGER as MAX_SAFE, gcd};
 use shared_contract::model::{
-    AlgorithmState, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
+    AlgorithmState, Evaluation, FixedWindowState, GcraState, SlidingLogState, SlidingWindowState,
     TokenBucketState,
 };
 use shared_contract::policy::{
@@ -409,6 +409,26 @@ pub(crate) fn last_ms(s: &AlgorithmState) -> u64 {
 
 pub(crate) fn fail(e: impl std::fmt::Display) -> TestCaseError {
     TestCaseError::fail(e.to_string())
+}
+
+/// Checks the PTTL `pttl` a step left on a key that `e` wrote: the model's `ttl_ms` (less
+/// what the server spent in between), or no TTL at all where the model keeps the key's
+/// expiry (`SET ... KEEPTTL`: every step PERSISTs its keys, so the expiry kept is none).
+pub(crate) fn check_ttl<S>(at: &str, pttl: i64, e: &Evaluation<S>) -> Result<(), TestCaseError> {
+    if e.keeps_expiry {
+        prop_assert_eq!(pttl, -1, "{}: the expiry was not kept", at);
+        return Ok(());
+    }
+    prop_assert!(e.ttl_ms >= 1, "{}: model ttl 0", at);
+    let ttl = u64::try_from(pttl).map_err(|_| fail(format!("{at}: PTTL {pttl} after a write")))?;
+    prop_assert!(
+        ttl <= e.ttl_ms && ttl + PTTL_TOLERANCE_MS >= e.ttl_ms,
+        "{}: PTTL {} for model ttl {}",
+        at,
+        ttl,
+        e.ttl_ms
+    );
+    Ok(())
 }
 
 /// One call of the multi program and, in the same transaction, every key's value and PTTL

@@ -29,8 +29,8 @@ use shared_contract::model::{AlgorithmState, Evaluation, ModelError, Verdict};
 use shared_contract::{AlgorithmKind, Cost, RateLimitPolicy};
 
 use crate::lua_cases::{
-    CASES, PTTL_TOLERANCE_MS, Plant, Step, fail, last_ms, multi_step, next_now, pick, plant,
-    plant_at, reservable_policy, start_time, step, timed,
+    CASES, Plant, Step, check_ttl, fail, last_ms, multi_step, next_now, pick, plant, plant_at,
+    reservable_policy, start_time, step, timed,
 };
 
 const BLOB: &[u8] = b"limits of the caller";
@@ -129,15 +129,7 @@ fn check_writes(
         };
         let canonical = encode_state(policies[j].revision().get(), new).map_err(fail)?;
         prop_assert_eq!(value.as_ref(), Some(&canonical), "{}: member {}", at, j);
-        let ttl = u64::try_from(*ttl).map_err(|_| fail(format!("{at}: PTTL {ttl}")))?;
-        prop_assert!(
-            ttl <= e.ttl_ms && ttl + PTTL_TOLERANCE_MS >= e.ttl_ms,
-            "{}: member {} PTTL {} for model ttl {}",
-            at,
-            j,
-            ttl,
-            e.ttl_ms
-        );
+        check_ttl(&format!("{at}: member {j}"), *ttl, e)?;
         states[j] = Some(new.clone());
         stored[j] = Some(canonical);
     }

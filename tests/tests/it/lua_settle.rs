@@ -30,8 +30,8 @@ use shared_contract::policy::{MAX_DURATION_MS, MAX_TIME_MS};
 use shared_contract::{AlgorithmKind, Cost, RateLimitPolicy};
 
 use crate::lua_cases::{
-    CASES, PTTL_TOLERANCE_MS, Plant, Step, calendar_policy, fail, last_ms, multi_step, next_now,
-    pick, plant, plant_at, reservable_policy, start_time, timed,
+    CASES, Plant, Step, calendar_policy, check_ttl, fail, last_ms, multi_step, next_now, pick,
+    plant, plant_at, reservable_policy, start_time, timed,
 };
 
 /// A member's operation in one step: check or settle, actual (or the check's cost), estimate,
@@ -281,15 +281,7 @@ fn run_case(
             if canonical.len() > 21 && canonical[0] >> 4 == 2 {
                 *seen.entry("overdraft written".into()).or_default() += 1;
             }
-            let ttl = u64::try_from(*ttl).map_err(|_| fail(format!("{at}: PTTL {ttl}")))?;
-            prop_assert!(
-                ttl <= new.ttl_ms && ttl + PTTL_TOLERANCE_MS >= new.ttl_ms,
-                "{}: member {} PTTL {} for model ttl {}",
-                at,
-                j,
-                ttl,
-                new.ttl_ms
-            );
+            check_ttl(&format!("{at}: member {j}"), *ttl, new)?;
             states[j] = Some(state);
             stored[j] = Some(canonical);
         }

@@ -6,6 +6,13 @@
 //! `overdraft` (cost a settlement charged past the limit in that window; see
 //! [`super::reserve`]). A window in overdraft admits nothing until it ends; the next window
 //! starts empty.
+//!
+//! Expiry: every write of a window sets one deadline on the provider's clock, the window's
+//! end plus the cleanup grace (`ttl_ms = reset_at + grace - server_now`; under a clock
+//! regression that is longer than from the effective time, never shorter). So a write into
+//! the window the stored state belongs to finds the deadline already set and keeps it
+//! ([`Evaluation::keeps_expiry`]), and expiry can never be seen: at the deadline the window
+//! is over and the state decides like no state.
 
 use super::settlement::{Hold, Settlement, adjust};
 use super::{Evaluation, ModelError, Rules, Stored, step};
@@ -64,6 +71,18 @@ fn used(state: Option<&FixedWindowState>, start: u64) -> Result<u64, ModelError>
     })
 }
 
+/// Time to live of a write at the provider's clock `now_ms` into the window ending at
+/// `reset_at`: the window's one deadline (module docs).
+fn ttl(reset_at: u64, now_ms: u64, rules: &Rules) -> Result<u64, ModelError> {
+    Ok(sub(add(reset_at, rules.cleanup_grace_ms)?, now_ms)?)
+}
+
+/// Whether `state` belongs to the window starting at `start` (then its key expires at the
+/// window's deadline already).
+fn state_in_window(state: Option<&FixedWindowState>, start: u64) -> bool {
+    state.is_some_and(|s| s.last_ms >= start)
+}
+
 /// One fixed-window step. See the module docs.
 ///
 /// # Errors
@@ -85,6 +104,7 @@ pub fn evaluate(
         out.retry_after_ms = to_reset;
         out.reset_at_ms = reset_at;
         if cost <= available {
+            let keeps_expiry = state_in_window(state, start);
             let count = add(count, cost)?;
             let state = FixedWindowState {
                 last_ms: now,
@@ -92,6 +112,8 @@ pub fn evaluate(
                 overdraft: 0,
             };
             out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
+            out.ttl_ms = ttl(reset_at, now_ms, rules)?;
+            out.keeps_expiry = keeps_expiry;
         }
         Ok(out)
     })
@@ -131,8 +153,9 @@ pub fn settle(
         let mut out = Evaluation::denied(now_ms, now, p.limit(), sub(p.limit(), count)?);
         let to_reset = sub(reset_at, now)?;
         out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
-        // A settlement that leaves nothing counted still writes, for at least 1 ms.
-        out.ttl_ms = out.ttl_ms.max(1);
+        // The window's one deadline, at least 1 ms away (now_ms <= now < reset_at), also for
+        // a settlement that leaves nothing counted. A settlement sets it rather than keep it.
+        out.ttl_ms = ttl(reset_at, now_ms, rules)?;
         Ok(change.with(out))
     })
 }

@@ -75,6 +75,11 @@ pub struct Evaluation<S> {
     pub new_state: Option<S>,
     /// Time to live of `new_state` in ms (0 when nothing is written).
     pub ttl_ms: u64,
+    /// The stored key already expires `ttl_ms` from now, so the write may keep its expiry
+    /// (`SET ... KEEPTTL`) rather than set it: the stored state was written in the same
+    /// window by a rule that gives every write of a window one deadline. Only the fixed
+    /// window has such a rule so far; a store that always sets `ttl_ms` is as exact.
+    pub keeps_expiry: bool,
 }
 
 impl<S> Evaluation<S> {
@@ -90,6 +95,7 @@ impl<S> Evaluation<S> {
             reset_at_ms: self.reset_at_ms,
             new_state: self.new_state.map(f),
             ttl_ms: self.ttl_ms,
+            keeps_expiry: self.keeps_expiry,
         }
     }
 
@@ -129,6 +135,7 @@ impl<S> Evaluation<S> {
             reset_at_ms: 0,
             new_state: None,
             ttl_ms: 0,
+            keeps_expiry: false,
         }
     }
 
@@ -163,6 +170,7 @@ impl<S> Evaluation<S> {
             reset_at_ms: last,
             new_state: None,
             ttl_ms: 0,
+            keeps_expiry: false,
         }
     }
 }

@@ -89,6 +89,7 @@ pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluati
         for e in &mut evaluations {
             e.new_state = None;
             e.ttl_ms = 0;
+            e.keeps_expiry = false;
         }
     }
     Ok(MultiEvaluation {
@@ -159,6 +160,7 @@ pub fn settle_all(
         for s in &mut settlements {
             s.evaluation.new_state = None;
             s.evaluation.ttl_ms = 0;
+            s.evaluation.keeps_expiry = false;
         }
     }
     Ok(settlements)

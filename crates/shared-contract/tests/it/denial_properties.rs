@@ -259,6 +259,7 @@ fn every_rate_algorithm_yields_a_bound_and_concurrency_none() {
         reset_at_ms: 501,
         new_state: None,
         ttl_ms: 0,
+        keeps_expiry: false,
     };
     assert!(DenialBound::of(&leases, &denial, Cost::new(1).expect("cost")).is_none());
 }

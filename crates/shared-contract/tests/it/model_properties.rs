@@ -265,8 +265,14 @@ proptest! {
             now = now.saturating_add_signed(dt).min(MAX_TIME_MS - (1 << 43));
             let ev = model::evaluate(&p, state.as_ref(), now, cost).expect("in range");
             if let Some(s) = ev.new_state {
-                // The TTL a provider sets covers the horizon of this write.
-                prop_assert_eq!(ev.ttl_ms, ev.reset_at_ms - ev.effective_now_ms + p.cleanup_grace_ms());
+                // The TTL a provider sets covers the horizon of this write; a fixed window's
+                // is its window's one deadline on the provider's clock (longer than from the
+                // effective time under a regression).
+                let from = match p.algorithm() {
+                    Algorithm::FixedWindow(_) => now,
+                    _ => ev.effective_now_ms,
+                };
+                prop_assert_eq!(ev.ttl_ms, ev.reset_at_ms - from + p.cleanup_grace_ms());
                 last_write = ev.effective_now_ms;
                 state = Some(s);
             }
@@ -276,6 +282,42 @@ proptest! {
         let with = model::evaluate(&p, state.as_ref(), at, cost).expect("in range");
         let without = model::evaluate(&p, None, at, cost).expect("in range");
         prop_assert_eq!(with, without);
+    }
+
+    /// A store under the fixed window's expiry rule (a write sets the deadline now + ttl
+    /// unless it keeps the stored one; a key is gone at its deadline) decides exactly like a
+    /// store that never forgets, under any clock steps and any grace, and a kept deadline is
+    /// the one the write would have set. Expiry between two steps is not simulated: a step
+    /// at or past the deadline always writes, so only a clock that passed it and came back
+    /// unseen could differ, which no store with a TTL can tell.
+    #[test]
+    fn a_fixed_window_key_expires_unseen_and_keeping_its_expiry_loses_nothing(
+        p in small_policy(), start in start_time(), steps in raw_steps(60),
+    ) {
+        let Algorithm::FixedWindow(_) = p.algorithm() else { return Ok(()) };
+        let mut forever: Option<AlgorithmState> = None;
+        let mut expiring: Option<(AlgorithmState, u64)> = None;
+        let mut now = start;
+        for raw in steps {
+            let (dt, cost) = step(&p, raw);
+            now = now.saturating_add_signed(dt).min(MAX_TIME_MS - (1 << 43));
+            if expiring.as_ref().is_some_and(|(_, deadline)| now >= *deadline) {
+                expiring = None;
+            }
+            let ev = model::evaluate(&p, expiring.as_ref().map(|(s, _)| s), now, cost)
+                .expect("in range");
+            let want = model::evaluate(&p, forever.as_ref(), now, cost).expect("in range");
+            prop_assert_eq!(&ev, &want);
+            if let Some(s) = ev.new_state {
+                let deadline = now + ev.ttl_ms;
+                if ev.keeps_expiry {
+                    let kept = expiring.as_ref().map(|(_, d)| *d);
+                    prop_assert_eq!(kept, Some(deadline), "a kept deadline is the one set");
+                }
+                expiring = Some((s.clone(), deadline));
+                forever = Some(s);
+            }
+        }
     }
 
     #[test]
@@ -290,7 +332,9 @@ proptest! {
         if back <= p.max_clock_regression_ms() {
             let at_last = model::evaluate(&p, Some(&state), start, cost).expect("in range");
             prop_assert_eq!(ev.effective_now_ms, start);
-            prop_assert_eq!(Evaluation { server_now_ms: start, ..ev }, at_last);
+            // The same decision and state; the state lives at least as long.
+            prop_assert!(ev.ttl_ms >= at_last.ttl_ms);
+            prop_assert_eq!(Evaluation { server_now_ms: start, ttl_ms: at_last.ttl_ms, ..ev }, at_last);
         } else {
             prop_assert_eq!(ev.verdict, Verdict::ClockUnsafe);
             prop_assert!(ev.new_state.is_none());
