@@ -13,8 +13,9 @@
 # itself, does not include it. drive.py fails the run on any error reply or on a decision
 # other than ALLOWED or DENIED.
 #
-# The fixed window's floor keeps an existing key's expiry (floors/single-keep.lua) as the
-# program does within a window; the others' floor sets it (floors/single.lua).
+# The floors of the fixed window, token bucket, GCRA and multi program keep an existing key's
+# expiry (floors/single-keep.lua, multi-3.lua) as the programs do while a key's deadline
+# stays; the others' floors set it (floors/single.lua).
 #
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
@@ -47,13 +48,14 @@ lua="$root/crates/adapter-redis/lua"
 
 # One policy per algorithm, 100 per minute, allowing at cost 1 (docs/lua-programs.md), as
 # drive.py packs it (struct format=values): cost, revision, max_clock_regression_ms,
-# cleanup_grace_ms, then the parameters.
+# cleanup_grace_ms (2 s and 60 s, the defaults, which cap a bucket's expiry quantum), then the
+# parameters.
 declare -A args=(
-  [fixed-window]="<I7I4I5I5I7I5=1,1,2000,1000,100,60000"
-  [sliding-counter]="<I7I4I5I5I5I5=1,1,2000,1000,100,60000"
-  [token-bucket]="<I7I4I5I5I7I5I7=1,1,2000,1000,100,600,1"
-  [gcra]="<I7I4I5I5I7I5I7=1,1,2000,1000,100,600,1"
-  [sliding-log]="<I7I4I5I5I2I5=1,1,2000,1000,100,60000"
+  [fixed-window]="<I7I4I5I5I7I5=1,1,2000,60000,100,60000"
+  [sliding-counter]="<I7I4I5I5I5I5=1,1,2000,60000,100,60000"
+  [token-bucket]="<I7I4I5I5I7I5I7=1,1,2000,60000,100,600,1"
+  [gcra]="<I7I4I5I5I7I5I7=1,1,2000,60000,100,600,1"
+  [sliding-log]="<I7I4I5I5I2I5=1,1,2000,60000,100,60000"
 )
 programs=(fixed-window sliding-counter token-bucket gcra sliding-log)
 tb=${args[token-bucket]}
@@ -63,7 +65,7 @@ multi_args=("<I1I4=3,0" 3 "$tb" 3 "$tb" 3 "$tb")
 # The settlement program charging one token-bucket member after the work (operation 0): a
 # settlement of 1 against a hold of nothing, the token bucket's arguments then the hold
 # (estimate 0, at 0).
-charge_args=("<I1I1=1,0" settle 3 "<I7I4I5I5I7I5I7I7I6=1,1,2000,1000,100,600,1,0,0")
+charge_args=("<I1I1=1,0" settle 3 "<I7I4I5I5I7I5I7I7I6=1,1,2000,60000,100,600,1,0,0")
 
 single_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single.lua")")
 multi_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/multi-3.lua")")
@@ -72,8 +74,10 @@ for p in "${programs[@]}"; do
   sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v2.lua")")
   sha[$p-floor]=$single_floor
 done
-# The fixed window keeps an existing key's expiry in the key's window, so its floor does.
-sha[fixed-window-floor]=$(cli SCRIPT LOAD "$(cat "$here/floors/single-keep.lua")")
+# The fixed window, token bucket and GCRA keep an existing key's expiry while its deadline
+# stays, so their floors do.
+keep_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single-keep.lua")")
+for p in fixed-window token-bucket gcra; do sha[$p-floor]=$keep_floor; done
 sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
 sha[multi-floor]=$multi_floor
 sha[charge]=$(cli SCRIPT LOAD "$(cat "$lua/rate-settle-v1.lua")")

@@ -1,7 +1,7 @@
--- The floor of a single rate program that keeps an existing key's expiry (the fixed
--- window's rate-fixed-window-v2.lua: a write into the stored state's window keeps it): the
--- floor of single.lua, with SET ... KEEPTTL when GET found the key. On random keys of a
--- small space in one window, as the program then does.
+-- The floor of a single rate program that keeps an existing key's expiry (the fixed window,
+-- token bucket and GCRA: a write whose state has the stored state's deadline keeps it): the
+-- floor of single.lua, with SET ... KEEPTTL whenever GET found the key (the program keeps
+-- it in most such calls, not all: a bucket's deadline moves once a quantum).
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local raw = redis.pcall('GET', KEYS[1])

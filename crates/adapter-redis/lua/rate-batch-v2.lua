@@ -316,7 +316,10 @@ local function member_3(A, now, RAW)
   end
   -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
   local q = floor(capacity_units / rate)
-  if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if capacity_units - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
 
@@ -366,15 +369,19 @@ local function member_3(A, now, RAW)
     eff = last
   end
 
-  -- Units missing from a full bucket, the overdraft included.
-  local missing = 0
+  -- Units missing from a full bucket, the overdraft included; when the stored bucket is full.
+  local missing, full_at = 0, nil
   if last then
     missing = capacity_units - stored + over
-    local elapsed = eff - last
-    -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
+    -- Full once elapsed * rate >= missing, after ceil(missing / rate) ms; the product is
+    -- formed only when it is smaller.
     local m = floor(missing / rate)
-    if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
-      missing = missing - elapsed * rate
+    if missing - m * rate ~= 0 then
+      m = m + 1
+    end
+    full_at = last + m
+    if eff < full_at then
+      missing = missing - (eff - last) * rate
     else
       missing = 0
     end
@@ -411,7 +418,27 @@ local function member_3(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
   end
-  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, to_full + grace
+  -- The deadline: full again, plus the grace, rounded up to the quantum, on this clock (the
+  -- operator %, not math.floor: no function call). A stored state with the same deadline had
+  -- it set already: keep it (false). An allow only moves the time it is full again later, so the
+  -- stored state's deadline is this one exactly when its own due is past the quantum's start.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_full + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
+  if full_at and full_at + grace > deadline - quantum then
+    ttl = false
+  end
+  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, ttl
 end
 -- @member token_bucket end
 -- @member gcra begin: generated from rate-gcra-v2.lua
@@ -435,7 +462,10 @@ local function member_4(A, now, RAW)
   end
   -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
   local q = floor(tolerance / rate)
-  if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if tolerance - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
 
@@ -485,7 +515,7 @@ local function member_4(A, now, RAW)
     eff = last
   end
 
-  local debt = 0
+  local debt, paid_at = 0, nil
   if last then
     -- Paid off once elapsed * rate >= debt (the overdraft included); the product is formed
     -- only when it is smaller.
@@ -495,6 +525,7 @@ local function member_4(A, now, RAW)
     if total - paid * rate ~= 0 then
       paid = paid + 1
     end
+    paid_at = last + paid
     if elapsed < paid then
       debt = total - elapsed * rate
     end
@@ -531,7 +562,27 @@ local function member_4(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x14, eff, revision, debt)
   end
-  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, to_reset + grace
+  -- The deadline: repaid, plus the grace, rounded up to the quantum, on this clock (the
+  -- operator %, not math.floor: no function call). A stored state with the same deadline had
+  -- it set already: keep it (false). An allow only moves the time it is repaid later, so the
+  -- stored state's deadline is this one exactly when its own due is past the quantum's start.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_reset + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
+  if paid_at and paid_at + grace > deadline - quantum then
+    ttl = false
+  end
+  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, ttl
 end
 -- @member gcra end
 -- @member sliding_log begin: generated from rate-sliding-log-v2.lua

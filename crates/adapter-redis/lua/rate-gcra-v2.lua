@@ -20,7 +20,12 @@
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
---   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1)
+--   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1) to its deadline:
+--                       reset_at_ms + cleanup_grace_ms rounded up to a quantum (an eighth
+--                       of the time a full burst takes to repay, at most cleanup_grace_ms -
+--                       max_clock_regression_ms, at least 1 ms), less
+--                       server_now_ms; or with SET ... KEEPTTL when the stored state's
+--                       deadline is the same
 --   DENIED              not admitted; nothing written
 --   CLOCK_UNSAFE        TIME is behind the stored last_ms by more than the allowed
 --                       regression; nothing written
@@ -69,7 +74,10 @@ if tolerance > 9007199254740991 then
 end
 -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
 local q = floor(tolerance / rate)
-if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+if tolerance - q * rate ~= 0 then
+  q = q + 1
+end
+if q > 1099511627775 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 
@@ -121,7 +129,7 @@ if last and now < last then
 end
 -- @state end
 
-local debt = 0
+local debt, paid_at = 0, nil
 if last then
   -- Paid off once elapsed * rate >= debt (the overdraft included); the product is formed
   -- only when it is smaller.
@@ -131,6 +139,7 @@ if last then
   if total - paid * rate ~= 0 then
     paid = paid + 1
   end
+  paid_at = last + paid
   if elapsed < paid then
     debt = total - elapsed * rate
   end
@@ -167,5 +176,31 @@ if revision < 256 and debt < 4294967296 then
 else
   value = struct.pack('<BI6I4I7', 0x14, eff, revision, debt)
 end
-redis.call('SET', KEYS[1], value, 'PX', to_reset + grace)
+-- The deadline: repaid, plus the grace, rounded up to the quantum, on this clock (the
+-- operator %, not math.floor: no function call). A stored state with the same deadline had
+-- it set already: keep it (false). An allow only moves the time it is repaid later, so the
+-- stored state's deadline is this one exactly when its own due is past the quantum's start.
+local quantum = (q - q % 8) / 8
+if quantum > grace - max_regression then
+  quantum = grace - max_regression
+end
+if quantum < 1 then
+  quantum = 1
+end
+local due = eff + to_reset + grace
+local deadline = due - due % quantum
+if deadline < due then
+  deadline = deadline + quantum
+end
+local ttl = deadline - now
+if paid_at and paid_at + grace > deadline - quantum then
+  ttl = false
+end
+-- @write begin
+if ttl then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+end
+-- @write end
 return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }

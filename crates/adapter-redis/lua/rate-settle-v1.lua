@@ -353,7 +353,10 @@ local function member_3(A, now, RAW)
   end
   -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
   local q = floor(capacity_units / rate)
-  if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if capacity_units - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
 
@@ -403,15 +406,19 @@ local function member_3(A, now, RAW)
     eff = last
   end
 
-  -- Units missing from a full bucket, the overdraft included.
-  local missing = 0
+  -- Units missing from a full bucket, the overdraft included; when the stored bucket is full.
+  local missing, full_at = 0, nil
   if last then
     missing = capacity_units - stored + over
-    local elapsed = eff - last
-    -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
+    -- Full once elapsed * rate >= missing, after ceil(missing / rate) ms; the product is
+    -- formed only when it is smaller.
     local m = floor(missing / rate)
-    if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
-      missing = missing - elapsed * rate
+    if missing - m * rate ~= 0 then
+      m = m + 1
+    end
+    full_at = last + m
+    if eff < full_at then
+      missing = missing - (eff - last) * rate
     else
       missing = 0
     end
@@ -448,7 +455,27 @@ local function member_3(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
   end
-  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, to_full + grace
+  -- The deadline: full again, plus the grace, rounded up to the quantum, on this clock (the
+  -- operator %, not math.floor: no function call). A stored state with the same deadline had
+  -- it set already: keep it (false). An allow only moves the time it is full again later, so the
+  -- stored state's deadline is this one exactly when its own due is past the quantum's start.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_full + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
+  if full_at and full_at + grace > deadline - quantum then
+    ttl = false
+  end
+  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, ttl
 end
 -- @member token_bucket end
 -- @member gcra begin: generated from rate-gcra-v2.lua
@@ -472,7 +499,10 @@ local function member_4(A, now, RAW)
   end
   -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
   local q = floor(tolerance / rate)
-  if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if tolerance - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
 
@@ -522,7 +552,7 @@ local function member_4(A, now, RAW)
     eff = last
   end
 
-  local debt = 0
+  local debt, paid_at = 0, nil
   if last then
     -- Paid off once elapsed * rate >= debt (the overdraft included); the product is formed
     -- only when it is smaller.
@@ -532,6 +562,7 @@ local function member_4(A, now, RAW)
     if total - paid * rate ~= 0 then
       paid = paid + 1
     end
+    paid_at = last + paid
     if elapsed < paid then
       debt = total - elapsed * rate
     end
@@ -568,7 +599,27 @@ local function member_4(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x14, eff, revision, debt)
   end
-  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, to_reset + grace
+  -- The deadline: repaid, plus the grace, rounded up to the quantum, on this clock (the
+  -- operator %, not math.floor: no function call). A stored state with the same deadline had
+  -- it set already: keep it (false). An allow only moves the time it is repaid later, so the
+  -- stored state's deadline is this one exactly when its own due is past the quantum's start.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_reset + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
+  if paid_at and paid_at + grace > deadline - quantum then
+    ttl = false
+  end
+  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, ttl
 end
 -- @member gcra end
 -- @member sliding_log begin: generated from rate-sliding-log-v2.lua
@@ -714,9 +765,9 @@ local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member
 --           token bucket and GCRA max(0, unused - rate * (effective now - at_ms)); never
 --           more than used
 -- and the state is written at the effective time with what is counted beyond the limit as
--- its overdraft. The TTL is the time to reset plus the cleanup grace, at least 1 ms (a fixed
--- window's: its one deadline, reset_at + grace - now, as its single program sets it). A
--- check's TTL of false keeps the key's expiry (SET ... KEEPTTL).
+-- its overdraft. The TTL is to the state's deadline as its single program sets it, at least
+-- 1 ms (the sliding counter's: the time to reset plus the cleanup grace). A check's TTL of
+-- false keeps the key's expiry (SET ... KEEPTTL).
 
 local function settle_1(A, now, RAW)
   local floor = math.floor
@@ -963,7 +1014,10 @@ local function settle_3(A, now, RAW)
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   local q = floor(capacity_units / rate)
-  if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if capacity_units - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   -- The most a bucket may owe: what refilling takes 2^40-1 ms to pay.
@@ -1067,7 +1121,21 @@ local function settle_3(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x13, eff, revision, tokens)
   end
-  local ttl = to_full + grace
+  -- The deadline, as the single program sets it (at least 1 ms away); a settlement sets it
+  -- rather than keep it.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_full + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
   return { 'ALLOWED', now, eff, capacity, floor(tokens / scale), 0, eff + to_full }, value,
     ttl > 0 and ttl or 1
 end
@@ -1089,7 +1157,10 @@ local function settle_4(A, now, RAW)
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   local q = floor(tolerance / rate)
-  if (tolerance - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+  if tolerance - q * rate ~= 0 then
+    q = q + 1
+  end
+  if q > 1099511627775 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   -- The most a policy may owe: what takes 2^40-1 ms to repay.
@@ -1194,7 +1265,21 @@ local function settle_4(A, now, RAW)
     value = struct.pack('<BI6I4I7', 0x14, eff, revision, held)
   end
   local left = debt < tolerance and floor((tolerance - debt) / interval) or 0
-  local ttl = to_reset + grace
+  -- The deadline, as the single program sets it (at least 1 ms away); a settlement sets it
+  -- rather than keep it.
+  local quantum = (q - q % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + to_reset + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
   return { 'ALLOWED', now, eff, burst, left, 0, eff + to_reset }, value, ttl > 0 and ttl or 1
 end
 

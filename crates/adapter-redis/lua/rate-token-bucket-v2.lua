@@ -19,7 +19,11 @@
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
---   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1)
+--   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1) to its deadline:
+--                       reset_at_ms + cleanup_grace_ms rounded up to a quantum (an eighth
+--                       of the time from empty to full, at most cleanup_grace_ms -
+--                       max_clock_regression_ms, at least 1 ms), less server_now_ms;
+--                       or with SET ... KEEPTTL when the stored state's deadline is the same
 --   DENIED              not admitted; nothing written
 --   CLOCK_UNSAFE        TIME is behind the stored last_ms by more than the allowed
 --                       regression; nothing written
@@ -68,7 +72,10 @@ if capacity_units > 9007199254740991 then
 end
 -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
 local q = floor(capacity_units / rate)
-if (capacity_units - q * rate ~= 0 and q + 1 or q) > 1099511627775 then
+if capacity_units - q * rate ~= 0 then
+  q = q + 1
+end
+if q > 1099511627775 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 
@@ -120,15 +127,19 @@ if last and now < last then
 end
 -- @state end
 
--- Units missing from a full bucket, the overdraft included.
-local missing = 0
+-- Units missing from a full bucket, the overdraft included; when the stored bucket is full.
+local missing, full_at = 0, nil
 if last then
   missing = capacity_units - stored + over
-  local elapsed = eff - last
-  -- Full once elapsed * rate >= missing; the product is formed only when it is smaller.
+  -- Full once elapsed * rate >= missing, after ceil(missing / rate) ms; the product is
+  -- formed only when it is smaller.
   local m = floor(missing / rate)
-  if elapsed < m or (elapsed == m and missing - m * rate ~= 0) then
-    missing = missing - elapsed * rate
+  if missing - m * rate ~= 0 then
+    m = m + 1
+  end
+  full_at = last + m
+  if eff < full_at then
+    missing = missing - (eff - last) * rate
   else
     missing = 0
   end
@@ -165,5 +176,31 @@ if revision < 256 and left < 4294967296 then
 else
   value = struct.pack('<BI6I4I7', 0x13, eff, revision, left)
 end
-redis.call('SET', KEYS[1], value, 'PX', to_full + grace)
+-- The deadline: full again, plus the grace, rounded up to the quantum, on this clock (the
+-- operator %, not math.floor: no function call). A stored state with the same deadline had
+-- it set already: keep it (false). An allow only moves the time it is full again later, so the
+-- stored state's deadline is this one exactly when its own due is past the quantum's start.
+local quantum = (q - q % 8) / 8
+if quantum > grace - max_regression then
+  quantum = grace - max_regression
+end
+if quantum < 1 then
+  quantum = 1
+end
+local due = eff + to_full + grace
+local deadline = due - due % quantum
+if deadline < due then
+  deadline = deadline + quantum
+end
+local ttl = deadline - now
+if full_at and full_at + grace > deadline - quantum then
+  ttl = false
+end
+-- @write begin
+if ttl then
+  redis.call('SET', KEYS[1], value, 'PX', ttl)
+else
+  redis.call('SET', KEYS[1], value, 'KEEPTTL')
+end
+-- @write end
 return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }

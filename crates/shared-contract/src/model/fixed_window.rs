@@ -71,12 +71,6 @@ fn used(state: Option<&FixedWindowState>, start: u64) -> Result<u64, ModelError>
     })
 }
 
-/// Time to live of a write at the provider's clock `now_ms` into the window ending at
-/// `reset_at`: the window's one deadline (module docs).
-fn ttl(reset_at: u64, now_ms: u64, rules: &Rules) -> Result<u64, ModelError> {
-    Ok(sub(add(reset_at, rules.cleanup_grace_ms)?, now_ms)?)
-}
-
 /// Whether `state` belongs to the window starting at `start` (then its key expires at the
 /// window's deadline already).
 fn state_in_window(state: Option<&FixedWindowState>, start: u64) -> bool {
@@ -104,6 +98,7 @@ pub fn evaluate(
         out.retry_after_ms = to_reset;
         out.reset_at_ms = reset_at;
         if cost <= available {
+            // A state of this window ends with it; an earlier one's deadline has another end.
             let keeps_expiry = state_in_window(state, start);
             let count = add(count, cost)?;
             let state = FixedWindowState {
@@ -112,8 +107,7 @@ pub fn evaluate(
                 overdraft: 0,
             };
             out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
-            out.ttl_ms = ttl(reset_at, now_ms, rules)?;
-            out.keeps_expiry = keeps_expiry;
+            out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
         }
         Ok(out)
     })
@@ -153,9 +147,9 @@ pub fn settle(
         let mut out = Evaluation::denied(now_ms, now, p.limit(), sub(p.limit(), count)?);
         let to_reset = sub(reset_at, now)?;
         out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
-        // The window's one deadline, at least 1 ms away (now_ms <= now < reset_at), also for
-        // a settlement that leaves nothing counted. A settlement sets it rather than keep it.
-        out.ttl_ms = ttl(reset_at, now_ms, rules)?;
+        // The window's one deadline, also for a settlement that leaves nothing counted. A
+        // settlement sets it rather than keep it.
+        out.expire(reset_at, None, 1, rules)?;
         Ok(change.with(out))
     })
 }

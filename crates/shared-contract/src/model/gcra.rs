@@ -14,11 +14,16 @@
 //! envelope as a token bucket of `burst` tokens refilled at `limit/period`, reached from the
 //! other side (debt instead of credit), as in redis-cell and go-redis/redis_rate.
 //!
+//! Expiry: a state stops mattering when its debt is repaid (`reset_at`, the TAT); its key
+//! expires at `reset_at + grace` rounded up to a quantum (an eighth of the time a full burst
+//! takes to repay, at most the grace less the allowed clock regression), and a write whose state rounds to the stored state's deadline keeps it
+//! ([`Evaluation::keeps_expiry`]), as the token bucket's does.
+//!
 //! A settlement ([`super::reserve`]) may leave debt beyond the tolerance, kept as `overdraft`:
 //! it is repaid like the rest of the debt, and nothing is admitted until it is.
 
 use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
-use super::{Evaluation, ModelError, Rules, Stored, step};
+use super::{Evaluation, ModelError, Rules, Stored, quantum, step};
 use crate::exact::{add, div, div_ceil, mul, sub};
 use crate::policy::GcraParams;
 
@@ -80,6 +85,20 @@ pub fn repay(p: &GcraParams, s: &GcraState, now: u64) -> Result<u64, ModelError>
     }
 }
 
+/// When the debt of `s` is repaid (Unix ms, effective time: the TAT), overdraft included.
+fn repaid_at(p: &GcraParams, s: &GcraState) -> Result<u64, ModelError> {
+    let total = add(s.debt, s.overdraft)?;
+    Ok(add(s.last_ms, div_ceil(total, p.units_per_ms())?)?)
+}
+
+/// The quantum of `p`'s deadlines: an eighth of the time a full burst takes to repay, capped.
+fn gcra_quantum(p: &GcraParams, rules: &Rules) -> Result<u64, ModelError> {
+    Ok(quantum(
+        div_ceil(p.tolerance_units(), p.units_per_ms())?,
+        rules,
+    ))
+}
+
 /// Whole cost units still admissible with `total` owed.
 fn remaining(p: &GcraParams, total: u64) -> Result<u64, ModelError> {
     let credit = p.tolerance_units().saturating_sub(total);
@@ -107,6 +126,7 @@ pub fn evaluate(
         let need = mul(cost, p.interval_units())?;
         let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining(p, debt)?);
         if debt <= tolerance && need <= sub(tolerance, debt)? {
+            let stored = state.map(|s| repaid_at(p, s)).transpose()?;
             let debt = add(debt, need)?;
             let to_reset = div_ceil(debt, p.units_per_ms())?;
             let state = GcraState {
@@ -115,6 +135,7 @@ pub fn evaluate(
                 overdraft: 0,
             };
             out.allow(state, remaining(p, debt)?, to_reset, rules)?;
+            out.expire(out.reset_at_ms, stored, gcra_quantum(p, rules)?, rules)?;
         } else {
             // In overdraft, `debt - tolerance + need` stays in range: `need <= tolerance`.
             let short = if debt > tolerance {
@@ -156,8 +177,8 @@ pub fn settle(
         let to_reset = div_ceil(debt, p.units_per_ms())?;
         let state = GcraState::owing(p, now, debt);
         out.allow(state, remaining(p, debt)?, to_reset, rules)?;
-        // A settlement that leaves nothing counted still writes, for at least 1 ms.
-        out.ttl_ms = out.ttl_ms.max(1);
+        // Its deadline set, at least 1 ms away also when nothing is left counted.
+        out.expire(out.reset_at_ms, None, gcra_quantum(p, rules)?, rules)?;
         Ok(change.with(out))
     })
 }

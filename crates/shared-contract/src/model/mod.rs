@@ -76,9 +76,10 @@ pub struct Evaluation<S> {
     /// Time to live of `new_state` in ms (0 when nothing is written).
     pub ttl_ms: u64,
     /// The stored key already expires `ttl_ms` from now, so the write may keep its expiry
-    /// (`SET ... KEEPTTL`) rather than set it: the stored state was written in the same
-    /// window by a rule that gives every write of a window one deadline. Only the fixed
-    /// window has such a rule so far; a store that always sets `ttl_ms` is as exact.
+    /// (`SET ... KEEPTTL`) rather than set it: the fixed window, token bucket and GCRA give
+    /// a state a deadline that the state itself determines (`reset_at_ms` plus the cleanup
+    /// grace, a bucket's rounded up to a quantum), and the stored state's is this one's. A
+    /// store that always sets `ttl_ms` is as exact.
     pub keeps_expiry: bool,
 }
 
@@ -158,6 +159,33 @@ impl<S> Evaluation<S> {
         Ok(())
     }
 
+    /// Sets the expiry of a write whose state stops mattering at `reset_at` (the effective
+    /// time it is full again, or its window's end): the deadline `reset_at + grace` rounded up
+    /// to a multiple of `quantum` ms, on the provider's clock, so `ttl_ms` counts from
+    /// `server_now_ms` (never shorter than from the effective time) and is at least 1. The
+    /// write keeps the stored key's expiry when the stored state, which stops mattering at
+    /// `stored_reset_at`, has the same deadline: every write by this rule set it so. A
+    /// quantum lets a deadline that moves with every allow (a bucket's) stay put for a while.
+    fn expire(
+        &mut self,
+        reset_at: u64,
+        stored_reset_at: Option<u64>,
+        quantum: u64,
+        rules: &Rules,
+    ) -> Result<(), ModelError> {
+        let deadline = |reset_at: u64| -> Result<u64, ModelError> {
+            let due = exact::add(reset_at, rules.cleanup_grace_ms)?;
+            Ok(exact::mul(exact::div_ceil(due, quantum)?, quantum)?)
+        };
+        let at = deadline(reset_at)?;
+        self.ttl_ms = exact::sub(at, self.server_now_ms)?.max(1);
+        self.keeps_expiry = match stored_reset_at {
+            Some(stored) => deadline(stored)? == at,
+            None => false,
+        };
+        Ok(())
+    }
+
     fn clock_unsafe(now: u64, last: u64, limit: u64) -> Self {
         Evaluation {
             verdict: Verdict::ClockUnsafe,
@@ -203,6 +231,20 @@ pub enum ModelError {
     /// The algorithm has no reservations ([`reserve`]); carries its name.
     #[error("a {0} policy does not take reservations")]
     ReservationUnsupported(&'static str),
+}
+
+/// The quantum a bucket's deadline is rounded up to ([`Evaluation::expire`]): an eighth of
+/// the time it takes to fill from empty (`horizon_ms`), at most the cleanup grace less the
+/// allowed clock regression, at least 1 ms. A key lives up to that much longer than it must;
+/// a steady stream of allows sets its expiry about once a quantum. The cap keeps a kept
+/// deadline safe when a build before this rule set it (from the effective time, unrounded):
+/// a state kept under it is full within one quantum of the stored state, so no later than
+/// that deadline.
+fn quantum(horizon_ms: u64, rules: &Rules) -> u64 {
+    let room = rules
+        .cleanup_grace_ms
+        .saturating_sub(rules.max_clock_regression_ms);
+    (horizon_ms / 8).min(room).max(1)
 }
 
 /// The clock rule: the time an algorithm computes with, or the stored time it fell behind.

@@ -12,12 +12,17 @@
 //! - `retry_after = ceil((cost * scale - tokens) / units_per_ms)`;
 //! - `reset_at = now + ceil((capacity_units - tokens_after) / units_per_ms)`.
 //!
+//! Expiry: a state stops mattering when the bucket is full again (`reset_at`); its key
+//! expires at `reset_at + grace` rounded up to a quantum (an eighth of the time the bucket
+//! takes to fill from empty, at most the grace less the allowed clock regression), and a write whose state rounds to the stored state's deadline keeps it
+//! ([`Evaluation::keeps_expiry`]): a stream of allows sets the expiry about once a quantum.
+//!
 //! State: `last_ms` (time of the last write), `tokens` in units at that time and
 //! `overdraft`: units a settlement ([`super::reserve`]) charged beyond an empty bucket. The
 //! refill pays the overdraft first; nothing is admitted until it is paid.
 
 use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
-use super::{Evaluation, ModelError, Rules, Stored, step};
+use super::{Evaluation, ModelError, Rules, Stored, quantum, step};
 use crate::exact::{add, div, div_ceil, mul, rem, sub};
 use crate::policy::TokenBucketParams;
 
@@ -79,6 +84,20 @@ pub fn missing(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<
     })
 }
 
+/// When the bucket of `s` is full again (Unix ms, effective time), overdraft paid.
+fn full_at(p: &TokenBucketParams, s: &TokenBucketState) -> Result<u64, ModelError> {
+    let missing = add(sub(p.capacity_units(), s.tokens)?, s.overdraft)?;
+    Ok(add(s.last_ms, div_ceil(missing, p.units_per_ms())?)?)
+}
+
+/// The quantum of `p`'s deadlines: an eighth of the time from empty to full, capped.
+fn bucket_quantum(p: &TokenBucketParams, rules: &Rules) -> Result<u64, ModelError> {
+    Ok(quantum(
+        div_ceil(p.capacity_units(), p.units_per_ms())?,
+        rules,
+    ))
+}
+
 /// Units in the bucket at `now` (>= `s.last_ms`), saturating at capacity; 0 in overdraft.
 pub fn refill(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
     Ok(p.capacity_units().saturating_sub(missing(p, s, now)?))
@@ -105,6 +124,7 @@ pub fn evaluate(
         let need = mul(cost, p.scale())?;
         let mut out = Evaluation::denied(now_ms, now, p.capacity(), div(tokens, p.scale())?);
         if need <= tokens {
+            let stored = state.map(|s| full_at(p, s)).transpose()?;
             let left = sub(tokens, need)?;
             let to_full = div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms())?;
             let state = TokenBucketState {
@@ -113,6 +133,7 @@ pub fn evaluate(
                 overdraft: 0,
             };
             out.allow(state, div(left, p.scale())?, to_full, rules)?;
+            out.expire(out.reset_at_ms, stored, bucket_quantum(p, rules)?, rules)?;
         } else {
             // In overdraft, `missing - capacity + need` stays in range: `need <= capacity`.
             let short = if missing > p.capacity_units() {
@@ -155,8 +176,8 @@ pub fn settle(
         let mut out = Evaluation::denied(now_ms, now, p.capacity(), remaining);
         let to_full = div_ceil(missing, p.units_per_ms())?;
         out.allow(state, remaining, to_full, rules)?;
-        // A settlement that leaves nothing counted still writes, for at least 1 ms.
-        out.ttl_ms = out.ttl_ms.max(1);
+        // Its deadline set, at least 1 ms away also when nothing is left counted.
+        out.expire(out.reset_at_ms, None, bucket_quantum(p, rules)?, rules)?;
         Ok(change.with(out))
     })
 }

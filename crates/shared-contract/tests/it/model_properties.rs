@@ -51,6 +51,37 @@ fn run(
     Ok(admitted)
 }
 
+/// A fixed-window, token-bucket or GCRA policy of small horizons (up to 5 s), with a cleanup
+/// grace from 0 to beyond an eighth of the horizon and a clock regression allowed up to 100
+/// ms, so that both the quantum (an eighth of the horizon) and its cap (grace less
+/// regression) decide, and a grace below the regression happens too.
+fn expiring_policy() -> impl Strategy<Value = RateLimitPolicy> {
+    let spec = prop_oneof![
+        (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgorithmSpec::FixedWindow {
+            limit,
+            window: Duration::from_millis(w)
+        }),
+        (1u64..20, 1u64..20, 1u64..5_000).prop_map(|(capacity, refill_amount, i)| {
+            AlgorithmSpec::TokenBucket {
+                capacity,
+                refill_amount,
+                refill_interval: Duration::from_millis(i),
+            }
+        }),
+        (1u64..20, 1u64..5_000, 1u64..20).prop_map(|(limit, p, burst)| AlgorithmSpec::Gcra {
+            limit,
+            period: Duration::from_millis(p),
+            burst,
+        }),
+    ];
+    (spec, 1u64..20, 0u64..100, 0u64..2_000).prop_filter_map(
+        "max_cost above limit",
+        |(algorithm, max_cost, regression, grace)| {
+            common::built("p", algorithm, max_cost, grace, regression)
+        },
+    )
+}
+
 /// Over every interval between two admissions, the admitted cost stays within
 /// `burst + floor(t * amount / per_ms)`: the envelope of a token bucket or a GCRA.
 fn check_envelope(
@@ -265,14 +296,23 @@ proptest! {
             now = now.saturating_add_signed(dt).min(MAX_TIME_MS - (1 << 43));
             let ev = model::evaluate(&p, state.as_ref(), now, cost).expect("in range");
             if let Some(s) = ev.new_state {
-                // The TTL a provider sets covers the horizon of this write; a fixed window's
-                // is its window's one deadline on the provider's clock (longer than from the
-                // effective time under a regression).
-                let from = match p.algorithm() {
-                    Algorithm::FixedWindow(_) => now,
-                    _ => ev.effective_now_ms,
-                };
-                prop_assert_eq!(ev.ttl_ms, ev.reset_at_ms - from + p.cleanup_grace_ms());
+                // The TTL a provider sets covers the horizon of this write. A fixed window's,
+                // a bucket's and a GCRA's is a deadline on the provider's clock (longer than
+                // from the effective time under a regression), a bucket's and a GCRA's
+                // rounded up to an eighth of the horizon, at most the grace less the
+                // allowed regression.
+                let due = ev.reset_at_ms + p.cleanup_grace_ms();
+                let room = p.cleanup_grace_ms().saturating_sub(p.max_clock_regression_ms());
+                let quantum = (p.algorithm().reset_horizon_ms() / 8).min(room).max(1);
+                match p.algorithm() {
+                    Algorithm::FixedWindow(_) => prop_assert_eq!(now + ev.ttl_ms, due),
+                    Algorithm::TokenBucket(_) | Algorithm::Gcra(_) => {
+                        let deadline = now + ev.ttl_ms;
+                        prop_assert!(deadline >= due && deadline < due + quantum);
+                        prop_assert_eq!(deadline % quantum, 0);
+                    }
+                    _ => prop_assert_eq!(ev.ttl_ms, due - ev.effective_now_ms),
+                }
                 last_write = ev.effective_now_ms;
                 state = Some(s);
             }
@@ -284,39 +324,56 @@ proptest! {
         prop_assert_eq!(with, without);
     }
 
-    /// A store under the fixed window's expiry rule (a write sets the deadline now + ttl
-    /// unless it keeps the stored one; a key is gone at its deadline) decides exactly like a
-    /// store that never forgets, under any clock steps and any grace, and a kept deadline is
-    /// the one the write would have set. Expiry between two steps is not simulated: a step
-    /// at or past the deadline always writes, so only a clock that passed it and came back
-    /// unseen could differ, which no store with a TTL can tell.
+    /// A store under the expiry rule of the fixed window, token bucket or GCRA (a write sets
+    /// the deadline now + ttl unless it keeps the stored one; a key is gone at its deadline)
+    /// decides exactly like a store that never forgets, under any clock steps and any grace,
+    /// and a kept deadline is the one the write would have set. Where the grace covers the
+    /// allowed regression, some writes are a build's before this rule (a TTL of reset_at -
+    /// effective time + grace, never kept), as in a rolling upgrade: a deadline such a write
+    /// set and a later write kept is never before the kept state is full, and the two stores
+    /// still decide alike. Expiry between two steps is not simulated: a step at or past the
+    /// deadline always writes, so only a clock that passed it and came back unseen could
+    /// differ, which no store with a TTL can tell.
     #[test]
-    fn a_fixed_window_key_expires_unseen_and_keeping_its_expiry_loses_nothing(
-        p in small_policy(), start in start_time(), steps in raw_steps(60),
+    fn a_key_expires_unseen_and_keeping_its_expiry_loses_nothing(
+        p in expiring_policy(), start in start_time(), steps in raw_steps(60),
+        builds in prop::collection::vec(any::<bool>(), 60),
     ) {
-        let Algorithm::FixedWindow(_) = p.algorithm() else { return Ok(()) };
+        let mixed = p.cleanup_grace_ms() >= p.max_clock_regression_ms();
         let mut forever: Option<AlgorithmState> = None;
-        let mut expiring: Option<(AlgorithmState, u64)> = None;
+        // The state, its key's deadline, and whether an older build set it.
+        let mut expiring: Option<(AlgorithmState, u64, bool)> = None;
         let mut now = start;
-        for raw in steps {
+        for (raw, older) in steps.into_iter().zip(builds) {
+            let older = older && mixed;
             let (dt, cost) = step(&p, raw);
             now = now.saturating_add_signed(dt).min(MAX_TIME_MS - (1 << 43));
-            if expiring.as_ref().is_some_and(|(_, deadline)| now >= *deadline) {
+            if expiring.as_ref().is_some_and(|(_, deadline, _)| now >= *deadline) {
                 expiring = None;
             }
-            let ev = model::evaluate(&p, expiring.as_ref().map(|(s, _)| s), now, cost)
+            let ev = model::evaluate(&p, expiring.as_ref().map(|(s, ..)| s), now, cost)
                 .expect("in range");
             let want = model::evaluate(&p, forever.as_ref(), now, cost).expect("in range");
             prop_assert_eq!(&ev, &want);
-            if let Some(s) = ev.new_state {
-                let deadline = now + ev.ttl_ms;
-                if ev.keeps_expiry {
-                    let kept = expiring.as_ref().map(|(_, d)| *d);
-                    prop_assert_eq!(kept, Some(deadline), "a kept deadline is the one set");
+            let Some(s) = ev.new_state else { continue };
+            let deadline = if older {
+                now + ev.reset_at_ms - ev.effective_now_ms + p.cleanup_grace_ms()
+            } else if ev.keeps_expiry {
+                let Some((_, kept, by_older)) = expiring else {
+                    return Err(TestCaseError::fail("kept an expiry with no key"));
+                };
+                if by_older {
+                    prop_assert!(kept >= ev.reset_at_ms, "kept {} < reset {}", kept, ev.reset_at_ms);
+                } else {
+                    prop_assert_eq!(kept, now + ev.ttl_ms, "a kept deadline is the one set");
                 }
-                expiring = Some((s.clone(), deadline));
-                forever = Some(s);
-            }
+                kept
+            } else {
+                now + ev.ttl_ms
+            };
+            let by_older = older || (ev.keeps_expiry && expiring.is_some_and(|e| e.2));
+            expiring = Some((s.clone(), deadline, by_older));
+            forever = Some(s);
         }
     }
 
