@@ -13,9 +13,10 @@
 # itself, does not include it. drive.py fails the run on any error reply or on a decision
 # other than ALLOWED or DENIED.
 #
-# The floors of the fixed window, token bucket, GCRA and multi program keep an existing key's
-# expiry (floors/single-keep.lua, multi-3.lua) as the programs do while a key's deadline
-# stays; the others' floors set it (floors/single.lua).
+# The floors of the fixed window, sliding counter, token bucket, GCRA and multi program keep
+# an existing key's expiry (floors/single-keep.lua, multi-3.lua) as the programs do while a
+# key's deadline stays; the sliding log's and the charge's floors set it (floors/single.lua,
+# settle-1.lua).
 #
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
@@ -74,10 +75,10 @@ for p in "${programs[@]}"; do
   sha[$p]=$(cli SCRIPT LOAD "$(cat "$lua/rate-$p-v2.lua")")
   sha[$p-floor]=$single_floor
 done
-# The fixed window, token bucket and GCRA keep an existing key's expiry while its deadline
-# stays, so their floors do.
+# The fixed window, sliding counter, token bucket and GCRA keep an existing key's expiry
+# while its deadline stays, so their floors do.
 keep_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single-keep.lua")")
-for p in fixed-window token-bucket gcra; do sha[$p-floor]=$keep_floor; done
+for p in fixed-window sliding-counter token-bucket gcra; do sha[$p-floor]=$keep_floor; done
 sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
 sha[multi-floor]=$multi_floor
 sha[charge]=$(cli SCRIPT LOAD "$(cat "$lua/rate-settle-v1.lua")")

@@ -1,5 +1,5 @@
--- The floor of a single rate program that keeps an existing key's expiry (the fixed window,
--- token bucket and GCRA: a write whose state has the stored state's deadline keeps it): the
+-- The floor of a single rate program that keeps an existing key's expiry (every one but the
+-- sliding log's: a write whose state has the stored state's deadline keeps it): the
 -- floor of single.lua, with SET ... KEEPTTL whenever GET found the key (the program keeps
 -- it in most such calls, not all: a bucket's deadline moves once a quantum).
 local t = redis.call('TIME')

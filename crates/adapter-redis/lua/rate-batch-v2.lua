@@ -232,15 +232,22 @@ local function member_2(A, now, RAW)
   end
 
   if cost <= available then
-    current = current + cost
+    -- The deadline: the end of the next window plus the grace, on this clock (longer under a
+    -- regression than from eff, never shorter). A stored state counting in this window has
+    -- it set already: keep it (false).
     local reset_at = window_start + 2 * w
+    local ttl = reset_at - now + grace
+    if current > 0 then
+      ttl = false
+    end
+    current = current + cost
     local value
     if revision < 256 and previous < 65536 and current < 65536 then
       value = struct.pack('<BI6I1I2I2', 0x92, eff, revision, previous, current)
     else
       value = struct.pack('<BI6I4I5I5', 0x12, eff, revision, previous, current)
     end
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }, value, reset_at - eff + grace
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }, value, ttl
   end
 
   local reset_at = eff

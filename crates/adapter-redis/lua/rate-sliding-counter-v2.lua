@@ -19,7 +19,9 @@
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
---   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1)
+--   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1) to its deadline,
+--                       reset_at_ms + cleanup_grace_ms - server_now_ms, or with SET ...
+--                       KEEPTTL when the stored state counts in this window (same deadline)
 --   DENIED              not admitted; nothing written
 --   CLOCK_UNSAFE        TIME is behind the stored last_ms by more than the allowed
 --                       regression; nothing written
@@ -138,15 +140,28 @@ if estimate < limit then
 end
 
 if cost <= available then
-  current = current + cost
+  -- The deadline: the end of the next window plus the grace, on this clock (longer under a
+  -- regression than from eff, never shorter). A stored state counting in this window has
+  -- it set already: keep it (false).
   local reset_at = window_start + 2 * w
+  local ttl = reset_at - now + grace
+  if current > 0 then
+    ttl = false
+  end
+  current = current + cost
   local value
   if revision < 256 and previous < 65536 and current < 65536 then
     value = struct.pack('<BI6I1I2I2', 0x92, eff, revision, previous, current)
   else
     value = struct.pack('<BI6I4I5I5', 0x12, eff, revision, previous, current)
   end
-  redis.call('SET', KEYS[1], value, 'PX', reset_at - eff + grace)
+  -- @write begin
+  if ttl then
+    redis.call('SET', KEYS[1], value, 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  end
+  -- @write end
   return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }
 end
 

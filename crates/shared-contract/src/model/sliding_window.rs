@@ -11,6 +11,11 @@
 //! window would if they were. `retry_after` is the exact earliest time this estimate admits
 //! the request, searched over the current and the next two windows.
 //!
+//! Expiry: a state stops mattering when its counts have left the sliding window (`reset_at`:
+//! the end of the window after the one of `last_ms` while it counts in its own window), and
+//! its key expires at `reset_at + grace` on the provider's clock. An allow into a window the
+//! stored state counts in has its deadline and keeps it ([`Evaluation::keeps_expiry`]).
+//!
 //! State: `last_ms` (time of the last write), `previous` (count of the window before that of
 //! `last_ms`), `current` (count of the window of `last_ms`) and `overdraft` (cost a
 //! settlement charged past the limit in that window, see [`super::reserve`]). A window in
@@ -121,6 +126,9 @@ pub fn evaluate(
         };
         let mut out = Evaluation::denied(now_ms, now, limit, available);
         if cost <= available {
+            // A stored state counting in this window ends with the window after it, as this
+            // one does: its key has this deadline already.
+            let keeps_expiry = current > 0;
             let current = add(current, cost)?;
             let reset_at = add(window_start, mul(2, w)?)?;
             let state = SlidingWindowState {
@@ -130,6 +138,7 @@ pub fn evaluate(
                 overdraft: 0,
             };
             out.allow(state, sub(available, cost)?, sub(reset_at, now)?, rules)?;
+            out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
             return Ok(out);
         }
         out.reset_at_ms = if current > 0 {
@@ -200,7 +209,8 @@ pub fn settle(
         };
         let mut out = Evaluation::denied(now_ms, now, limit, remaining);
         out.allow(state, remaining, to_reset, rules)?;
-        out.ttl_ms = out.ttl_ms.max(1);
+        // The deadline its counts give, as an allow's (at least 1 ms away).
+        out.expire(out.reset_at_ms, None, 1, rules)?;
         Ok(change.with(out))
     })
 }

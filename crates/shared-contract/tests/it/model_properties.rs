@@ -51,13 +51,17 @@ fn run(
     Ok(admitted)
 }
 
-/// A fixed-window, token-bucket or GCRA policy of small horizons (up to 5 s), with a cleanup
+/// A fixed-window, sliding-counter, token-bucket or GCRA policy of small horizons (up to 5 s), with a cleanup
 /// grace from 0 to beyond an eighth of the horizon and a clock regression allowed up to 100
 /// ms, so that both the quantum (an eighth of the horizon) and its cap (grace less
 /// regression) decide, and a grace below the regression happens too.
 fn expiring_policy() -> impl Strategy<Value = RateLimitPolicy> {
     let spec = prop_oneof![
         (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgorithmSpec::FixedWindow {
+            limit,
+            window: Duration::from_millis(w)
+        }),
+        (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgorithmSpec::SlidingWindow {
             limit,
             window: Duration::from_millis(w)
         }),
@@ -305,7 +309,9 @@ proptest! {
                 let room = p.cleanup_grace_ms().saturating_sub(p.max_clock_regression_ms());
                 let quantum = (p.algorithm().reset_horizon_ms() / 8).min(room).max(1);
                 match p.algorithm() {
-                    Algorithm::FixedWindow(_) => prop_assert_eq!(now + ev.ttl_ms, due),
+                    Algorithm::FixedWindow(_) | Algorithm::SlidingWindow(_) => {
+                        prop_assert_eq!(now + ev.ttl_ms, due);
+                    }
                     Algorithm::TokenBucket(_) | Algorithm::Gcra(_) => {
                         let deadline = now + ev.ttl_ms;
                         prop_assert!(deadline >= due && deadline < due + quantum);
@@ -324,10 +330,10 @@ proptest! {
         prop_assert_eq!(with, without);
     }
 
-    /// A store under the expiry rule of the fixed window, token bucket or GCRA (a write sets
-    /// the deadline now + ttl unless it keeps the stored one; a key is gone at its deadline)
-    /// decides exactly like a store that never forgets, under any clock steps and any grace,
-    /// and a kept deadline is the one the write would have set. Where the grace covers the
+    /// A store under the expiry rule of the fixed window, sliding counter, token bucket or
+    /// GCRA (a write sets the deadline now + ttl unless it keeps the stored one; a key is
+    /// gone at its deadline) decides exactly like a store that never forgets, under any clock
+    /// steps and any grace, and a kept deadline is the one the write would have set. Where the grace covers the
     /// allowed regression, some writes are a build's before this rule (a TTL of reset_at -
     /// effective time + grace, never kept), as in a rolling upgrade: a deadline such a write
     /// set and a later write kept is never before the kept state is full, and the two stores
