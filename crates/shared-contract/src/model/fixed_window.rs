@@ -37,6 +37,7 @@ impl Stored for FixedWindowState {
         self.last_ms
     }
 
+    #[inline]
     fn check(&self, p: &FixedWindowParams) -> Result<(), ModelError> {
         if self.count > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));

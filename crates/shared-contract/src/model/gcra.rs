@@ -16,8 +16,9 @@
 //!
 //! Expiry: a state stops mattering when its debt is repaid (`reset_at`, the TAT); its key
 //! expires at `reset_at + grace` rounded up to a quantum (an eighth of the time a full burst
-//! takes to repay, at most the grace less the allowed clock regression), and a write whose state rounds to the stored state's deadline keeps it
-//! ([`Evaluation::keeps_expiry`]), as the token bucket's does.
+//! takes to repay, at most the grace less the allowed clock regression), and a write whose
+//! state rounds to the stored state's deadline keeps it ([`Evaluation::keeps_expiry`]), as
+//! the token bucket's does.
 //!
 //! A settlement ([`super::reserve`]) may leave debt beyond the tolerance, kept as `overdraft`:
 //! it is repaid like the rest of the debt, and nothing is admitted until it is.
@@ -57,6 +58,7 @@ impl Stored for GcraState {
         self.last_ms
     }
 
+    #[inline]
     fn check(&self, p: &GcraParams) -> Result<(), ModelError> {
         if self.debt > p.tolerance_units() {
             return Err(ModelError::StateIncompatible("debt above burst tolerance"));
@@ -74,6 +76,7 @@ impl Stored for GcraState {
 }
 
 /// Debt left at `now` (>= `s.last_ms`), overdraft included.
+#[inline]
 pub fn repay(p: &GcraParams, s: &GcraState, now: u64) -> Result<u64, ModelError> {
     let elapsed = sub(now, s.last_ms)?;
     let total = add(s.debt, s.overdraft)?;
@@ -86,12 +89,14 @@ pub fn repay(p: &GcraParams, s: &GcraState, now: u64) -> Result<u64, ModelError>
 }
 
 /// When the debt of `s` is repaid (Unix ms, effective time: the TAT), overdraft included.
+#[inline]
 fn repaid_at(p: &GcraParams, s: &GcraState) -> Result<u64, ModelError> {
     let total = add(s.debt, s.overdraft)?;
     Ok(add(s.last_ms, div_ceil(total, p.units_per_ms())?)?)
 }
 
 /// The quantum of `p`'s deadlines: an eighth of the time a full burst takes to repay, capped.
+#[inline]
 fn gcra_quantum(p: &GcraParams, rules: &Rules) -> Result<u64, ModelError> {
     Ok(quantum(
         div_ceil(p.tolerance_units(), p.units_per_ms())?,

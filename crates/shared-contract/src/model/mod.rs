@@ -166,6 +166,12 @@ impl<S> Evaluation<S> {
     /// write keeps the stored key's expiry when the stored state, which stops mattering at
     /// `stored_reset_at`, has the same deadline: every write by this rule set it so. A
     /// quantum lets a deadline that moves with every allow (a bucket's) stay put for a while.
+    ///
+    /// `stored_reset_at` is never after `reset_at` (an allow only moves it later; the windows
+    /// pass their own), so the stored deadline is this one exactly when the stored due is past
+    /// the start of this deadline's quantum: one compare, not a second rounding (this runs on
+    /// every local decision).
+    #[inline]
     fn expire(
         &mut self,
         reset_at: u64,
@@ -173,16 +179,12 @@ impl<S> Evaluation<S> {
         quantum: u64,
         rules: &Rules,
     ) -> Result<(), ModelError> {
-        let deadline = |reset_at: u64| -> Result<u64, ModelError> {
-            let due = exact::add(reset_at, rules.cleanup_grace_ms)?;
-            Ok(exact::mul(exact::div_ceil(due, quantum)?, quantum)?)
-        };
-        let at = deadline(reset_at)?;
+        let due = exact::add(reset_at, rules.cleanup_grace_ms)?;
+        // Below 2^53 + 2^40 (a time below 2^48 plus two durations below 2^40): no overflow.
+        let at = due.next_multiple_of(quantum);
         self.ttl_ms = exact::sub(at, self.server_now_ms)?.max(1);
-        self.keeps_expiry = match stored_reset_at {
-            Some(stored) => deadline(stored)? == at,
-            None => false,
-        };
+        self.keeps_expiry = stored_reset_at
+            .is_some_and(|stored| stored.saturating_add(rules.cleanup_grace_ms) > at - quantum);
         Ok(())
     }
 
@@ -240,6 +242,7 @@ pub enum ModelError {
 /// deadline safe when a build before this rule set it (from the effective time, unrounded):
 /// a state kept under it is full within one quantum of the stored state, so no later than
 /// that deadline.
+#[inline]
 fn quantum(horizon_ms: u64, rules: &Rules) -> u64 {
     let room = rules
         .cleanup_grace_ms

@@ -47,6 +47,7 @@ impl Stored for SlidingWindowState {
         self.last_ms
     }
 
+    #[inline]
     fn check(&self, p: &SlidingWindowParams) -> Result<(), ModelError> {
         if self.previous > p.limit() || self.current > p.limit() {
             return Err(ModelError::StateIncompatible("count above limit"));

@@ -14,7 +14,8 @@
 //!
 //! Expiry: a state stops mattering when the bucket is full again (`reset_at`); its key
 //! expires at `reset_at + grace` rounded up to a quantum (an eighth of the time the bucket
-//! takes to fill from empty, at most the grace less the allowed clock regression), and a write whose state rounds to the stored state's deadline keeps it
+//! takes to fill from empty, at most the grace less the allowed clock regression), and a
+//! write whose state rounds to the stored state's deadline keeps it
 //! ([`Evaluation::keeps_expiry`]): a stream of allows sets the expiry about once a quantum.
 //!
 //! State: `last_ms` (time of the last write), `tokens` in units at that time and
@@ -56,6 +57,7 @@ impl Stored for TokenBucketState {
         self.last_ms
     }
 
+    #[inline]
     fn check(&self, p: &TokenBucketParams) -> Result<(), ModelError> {
         if self.tokens > p.capacity_units() {
             return Err(ModelError::StateIncompatible("tokens above capacity"));
@@ -71,6 +73,7 @@ impl Stored for TokenBucketState {
 }
 
 /// Units missing from a full bucket at `now` (>= `s.last_ms`), overdraft included.
+#[inline]
 pub fn missing(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
     let missing = add(sub(p.capacity_units(), s.tokens)?, s.overdraft)?;
     let elapsed = sub(now, s.last_ms)?;
@@ -85,12 +88,14 @@ pub fn missing(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<
 }
 
 /// When the bucket of `s` is full again (Unix ms, effective time), overdraft paid.
+#[inline]
 fn full_at(p: &TokenBucketParams, s: &TokenBucketState) -> Result<u64, ModelError> {
     let missing = add(sub(p.capacity_units(), s.tokens)?, s.overdraft)?;
     Ok(add(s.last_ms, div_ceil(missing, p.units_per_ms())?)?)
 }
 
 /// The quantum of `p`'s deadlines: an eighth of the time from empty to full, capped.
+#[inline]
 fn bucket_quantum(p: &TokenBucketParams, rules: &Rules) -> Result<u64, ModelError> {
     Ok(quantum(
         div_ceil(p.capacity_units(), p.units_per_ms())?,
