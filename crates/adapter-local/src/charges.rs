@@ -38,7 +38,7 @@ impl LocalProvider {
             let evaluated = self
                 .store
                 .update(key, &*self.clock, lifetime, |state, now| {
-                    (None, model::evaluate(policy, state, now, Cost::ONE))
+                    (None, model::decide(policy, state, now, Cost::ONE))
                 });
             match evaluated {
                 Ok(e) => match self.decided(policy, &e) {

@@ -315,7 +315,7 @@ impl LocalProvider {
                 key,
                 &*self.clock,
                 lifetime_ms,
-                |state, now_ms| match model::evaluate(policy, state, now_ms, cost) {
+                |state, now_ms| match model::decide(policy, state, now_ms, cost) {
                     Ok(mut evaluation) => (evaluation.new_state.take(), Ok(evaluation)),
                     Err(e) => (None, Err(e)),
                 },
@@ -387,7 +387,7 @@ impl LocalProvider {
             .store
             .update_many(&keys, &*self.clock, |states, now_ms| {
                 let members = members(policies, states, &request.limits);
-                match multi_model::evaluate_all(&members, now_ms) {
+                match multi_model::decide_all(&members, now_ms) {
                     Ok(mut e) => {
                         let writes = (e.verdict == MultiVerdict::Allowed).then(|| {
                             e.members

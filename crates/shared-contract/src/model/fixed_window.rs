@@ -90,6 +90,18 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<FixedWindowState>, ModelError> {
+    evaluate_as::<true>(p, rules, state, now_ms, cost)
+}
+
+/// [`evaluate`], with the write's expiry when `EXPIRY` ([`super::decide`]).
+#[inline]
+pub(super) fn evaluate_as<const EXPIRY: bool>(
+    p: &FixedWindowParams,
+    rules: &Rules,
+    state: Option<&FixedWindowState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<FixedWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
         let (start, reset_at) = bounds(p, now)?;
         let count = used(state, start)?.min(p.limit());
@@ -107,8 +119,10 @@ pub fn evaluate(
                 count,
                 overdraft: 0,
             };
-            out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
-            out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
+            out.allow(state, sub(p.limit(), count)?, to_reset)?;
+            if EXPIRY {
+                out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
+            }
         }
         Ok(out)
     })
@@ -147,7 +161,7 @@ pub fn settle(
         };
         let mut out = Evaluation::denied(now_ms, now, p.limit(), sub(p.limit(), count)?);
         let to_reset = sub(reset_at, now)?;
-        out.allow(state, sub(p.limit(), count)?, to_reset, rules)?;
+        out.allow(state, sub(p.limit(), count)?, to_reset)?;
         // The window's one deadline, also for a settlement that leaves nothing counted. A
         // settlement sets it rather than keep it.
         out.expire(reset_at, None, 1, rules)?;

@@ -122,6 +122,18 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<GcraState>, ModelError> {
+    evaluate_as::<true>(p, rules, state, now_ms, cost)
+}
+
+/// [`evaluate`], with the write's expiry when `EXPIRY` ([`super::decide`]).
+#[inline]
+pub(super) fn evaluate_as<const EXPIRY: bool>(
+    p: &GcraParams,
+    rules: &Rules,
+    state: Option<&GcraState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<GcraState>, ModelError> {
     step(p, rules, state, now_ms, p.burst(), |now| {
         let debt = match state {
             Some(s) => repay(p, s, now)?,
@@ -131,7 +143,10 @@ pub fn evaluate(
         let need = mul(cost, p.interval_units())?;
         let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining(p, debt)?);
         if debt <= tolerance && need <= sub(tolerance, debt)? {
-            let stored = state.map(|s| repaid_at(p, s)).transpose()?;
+            let stored = match state {
+                Some(s) if EXPIRY => Some(repaid_at(p, s)?),
+                _ => None,
+            };
             let debt = add(debt, need)?;
             let to_reset = div_ceil(debt, p.units_per_ms())?;
             let state = GcraState {
@@ -139,8 +154,10 @@ pub fn evaluate(
                 debt,
                 overdraft: 0,
             };
-            out.allow(state, remaining(p, debt)?, to_reset, rules)?;
-            out.expire(out.reset_at_ms, stored, gcra_quantum(p, rules)?, rules)?;
+            out.allow(state, remaining(p, debt)?, to_reset)?;
+            if EXPIRY {
+                out.expire(out.reset_at_ms, stored, gcra_quantum(p, rules)?, rules)?;
+            }
         } else {
             // In overdraft, `debt - tolerance + need` stays in range: `need <= tolerance`.
             let short = if debt > tolerance {
@@ -181,7 +198,7 @@ pub fn settle(
         let mut out = Evaluation::denied(now_ms, now, p.burst(), 0);
         let to_reset = div_ceil(debt, p.units_per_ms())?;
         let state = GcraState::owing(p, now, debt);
-        out.allow(state, remaining(p, debt)?, to_reset, rules)?;
+        out.allow(state, remaining(p, debt)?, to_reset)?;
         // Its deadline set, at least 1 ms away also when nothing is left counted.
         out.expire(out.reset_at_ms, None, gcra_quantum(p, rules)?, rules)?;
         Ok(change.with(out))

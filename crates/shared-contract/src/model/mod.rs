@@ -73,13 +73,13 @@ pub struct Evaluation<S> {
     pub reset_at_ms: u64,
     /// `Some` exactly when the verdict is `Allowed`: the state to store.
     pub new_state: Option<S>,
-    /// Time to live of `new_state` in ms (0 when nothing is written).
+    /// Time to live of `new_state` in ms (0 when nothing is written, and from [`decide`]).
     pub ttl_ms: u64,
     /// The stored key already expires `ttl_ms` from now, so the write may keep its expiry
     /// (`SET ... KEEPTTL`) rather than set it: every rate algorithm but the sliding log gives
     /// a state a deadline that the state itself determines (`reset_at_ms` plus the cleanup
     /// grace, a bucket's rounded up to a quantum), and the stored state's is this one's. A
-    /// store that always sets `ttl_ms` is as exact.
+    /// store that always sets `ttl_ms` is as exact. Always `false` from [`decide`].
     pub keeps_expiry: bool,
 }
 
@@ -141,20 +141,14 @@ impl<S> Evaluation<S> {
     }
 
     /// Turns the evaluation into an allow that stores `state`, leaves `remaining` and resets
-    /// `to_reset` ms after the effective time: the state lives that long plus the cleanup
-    /// grace (after it, it would no longer differ from no state at all).
-    fn allow(
-        &mut self,
-        state: S,
-        remaining: u64,
-        to_reset: u64,
-        rules: &Rules,
-    ) -> Result<(), ModelError> {
+    /// `to_reset` ms after the effective time. Its expiry is the algorithm's to set, when
+    /// asked for ([`Self::expire`]).
+    #[inline]
+    fn allow(&mut self, state: S, remaining: u64, to_reset: u64) -> Result<(), ModelError> {
         self.verdict = Verdict::Allowed;
         self.remaining = remaining;
         self.retry_after_ms = 0;
         self.reset_at_ms = exact::add(self.effective_now_ms, to_reset)?;
-        self.ttl_ms = exact::add(to_reset, rules.cleanup_grace_ms)?;
         self.new_state = Some(state);
         Ok(())
     }
@@ -356,6 +350,35 @@ pub fn evaluate(
     now_ms: u64,
     cost: Cost,
 ) -> Result<Evaluation<AlgorithmState>, ModelError> {
+    evaluate_as::<true>(policy, state, now_ms, cost)
+}
+
+/// [`evaluate`] without the write's expiry: `ttl_ms` is 0 and `keeps_expiry` false, every
+/// other field as [`evaluate`] answers (the property tests check it). For a store that gives
+/// its entries lifetimes of its own (the local provider): the expiry is a Redis key's
+/// deadline, and computing it costs more than the rest of a bucket's model step.
+///
+/// # Errors
+/// As [`evaluate`].
+#[inline]
+pub fn decide(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    cost: Cost,
+) -> Result<Evaluation<AlgorithmState>, ModelError> {
+    evaluate_as::<false>(policy, state, now_ms, cost)
+}
+
+/// [`evaluate`] (`EXPIRY`) or [`decide`]: the algorithms are generic alike, so the expiry's
+/// arithmetic is compiled out of [`decide`] rather than skipped at run time.
+#[inline]
+fn evaluate_as<const EXPIRY: bool>(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    cost: Cost,
+) -> Result<Evaluation<AlgorithmState>, ModelError> {
     let cost = cost.get();
     if cost > policy.max_cost().get() {
         return Err(ModelError::CostAboveMax {
@@ -366,36 +389,42 @@ pub fn evaluate(
     let rules = policy.rules();
     let mismatch = || ModelError::StateIncompatible("state of another algorithm");
     Ok(match (policy.algorithm(), state) {
-        (Algorithm::FixedWindow(p), None) => fixed_window::evaluate(p, &rules, None, now_ms, cost)?
-            .map_state(AlgorithmState::FixedWindow),
+        (Algorithm::FixedWindow(p), None) => {
+            fixed_window::evaluate_as::<EXPIRY>(p, &rules, None, now_ms, cost)?
+                .map_state(AlgorithmState::FixedWindow)
+        }
         (Algorithm::FixedWindow(p), Some(AlgorithmState::FixedWindow(s))) => {
-            fixed_window::evaluate(p, &rules, Some(s), now_ms, cost)?
+            fixed_window::evaluate_as::<EXPIRY>(p, &rules, Some(s), now_ms, cost)?
                 .map_state(AlgorithmState::FixedWindow)
         }
         (Algorithm::SlidingWindow(p), None) => {
-            sliding_window::evaluate(p, &rules, None, now_ms, cost)?
+            sliding_window::evaluate_as::<EXPIRY>(p, &rules, None, now_ms, cost)?
                 .map_state(AlgorithmState::SlidingWindow)
         }
         (Algorithm::SlidingWindow(p), Some(AlgorithmState::SlidingWindow(s))) => {
-            sliding_window::evaluate(p, &rules, Some(s), now_ms, cost)?
+            sliding_window::evaluate_as::<EXPIRY>(p, &rules, Some(s), now_ms, cost)?
                 .map_state(AlgorithmState::SlidingWindow)
         }
-        (Algorithm::TokenBucket(p), None) => token_bucket::evaluate(p, &rules, None, now_ms, cost)?
-            .map_state(AlgorithmState::TokenBucket),
-        (Algorithm::TokenBucket(p), Some(AlgorithmState::TokenBucket(s))) => {
-            token_bucket::evaluate(p, &rules, Some(s), now_ms, cost)?
+        (Algorithm::TokenBucket(p), None) => {
+            token_bucket::evaluate_as::<EXPIRY>(p, &rules, None, now_ms, cost)?
                 .map_state(AlgorithmState::TokenBucket)
         }
-        (Algorithm::Gcra(p), None) => {
-            gcra::evaluate(p, &rules, None, now_ms, cost)?.map_state(AlgorithmState::Gcra)
+        (Algorithm::TokenBucket(p), Some(AlgorithmState::TokenBucket(s))) => {
+            token_bucket::evaluate_as::<EXPIRY>(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::TokenBucket)
         }
+        (Algorithm::Gcra(p), None) => gcra::evaluate_as::<EXPIRY>(p, &rules, None, now_ms, cost)?
+            .map_state(AlgorithmState::Gcra),
         (Algorithm::Gcra(p), Some(AlgorithmState::Gcra(s))) => {
-            gcra::evaluate(p, &rules, Some(s), now_ms, cost)?.map_state(AlgorithmState::Gcra)
+            gcra::evaluate_as::<EXPIRY>(p, &rules, Some(s), now_ms, cost)?
+                .map_state(AlgorithmState::Gcra)
         }
-        (Algorithm::SlidingLog(p), None) => sliding_log::evaluate(p, &rules, None, now_ms, cost)?
-            .map_state(AlgorithmState::SlidingLog),
+        (Algorithm::SlidingLog(p), None) => {
+            sliding_log::evaluate_as::<EXPIRY>(p, &rules, None, now_ms, cost)?
+                .map_state(AlgorithmState::SlidingLog)
+        }
         (Algorithm::SlidingLog(p), Some(AlgorithmState::SlidingLog(s))) => {
-            sliding_log::evaluate(p, &rules, Some(s), now_ms, cost)?
+            sliding_log::evaluate_as::<EXPIRY>(p, &rules, Some(s), now_ms, cost)?
                 .map_state(AlgorithmState::SlidingLog)
         }
         (Algorithm::Concurrency(_), _) => return Err(ModelError::NotRatePolicy),

@@ -69,9 +69,33 @@ pub struct MemberError {
 /// # Errors
 /// [`MemberError`] for the first member the single model refuses.
 pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluation, MemberError> {
+    all(members, now_ms, super::evaluate)
+}
+
+/// [`evaluate_all`] without the writes' expiries, each member as [`super::decide`] answers.
+///
+/// # Errors
+/// As [`evaluate_all`].
+pub fn decide_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluation, MemberError> {
+    all(members, now_ms, super::decide)
+}
+
+type Single = fn(
+    &RateLimitPolicy,
+    Option<&AlgorithmState>,
+    u64,
+    Cost,
+) -> Result<Evaluation<AlgorithmState>, ModelError>;
+
+#[inline]
+fn all(
+    members: &[Member<'_>],
+    now_ms: u64,
+    single: Single,
+) -> Result<MultiEvaluation, MemberError> {
     let mut evaluations = Vec::with_capacity(members.len());
     for (index, m) in members.iter().enumerate() {
-        let evaluation = super::evaluate(m.policy, m.state, now_ms, m.cost)
+        let evaluation = single(m.policy, m.state, now_ms, m.cost)
             .map_err(|error| MemberError { index, error })?;
         evaluations.push(evaluation);
     }

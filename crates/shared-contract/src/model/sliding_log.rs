@@ -60,6 +60,18 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<SlidingLogState>, ModelError> {
+    evaluate_as::<true>(p, rules, state, now_ms, cost)
+}
+
+/// [`evaluate`], with the write's expiry when `EXPIRY` ([`super::decide`]).
+#[inline]
+pub(super) fn evaluate_as<const EXPIRY: bool>(
+    p: &SlidingLogParams,
+    rules: &Rules,
+    state: Option<&SlidingLogState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<SlidingLogState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
         let (w, limit) = (p.window_ms(), p.limit());
         let entries: &[(u64, u64)] = state.map_or(&[], |s| &s.entries);
@@ -90,7 +102,11 @@ pub fn evaluate(
                 last_ms: now,
                 entries: kept,
             };
-            out.allow(state, sub(available, cost)?, w, rules)?;
+            out.allow(state, sub(available, cost)?, w)?;
+            if EXPIRY {
+                // The newest entry leaves the window `w` from now: no deadline to keep.
+                out.ttl_ms = add(w, rules.cleanup_grace_ms)?;
+            }
             return Ok(out);
         }
         // Let the oldest entries leave until the rest plus `cost` fits.

@@ -112,6 +112,18 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<SlidingWindowState>, ModelError> {
+    evaluate_as::<true>(p, rules, state, now_ms, cost)
+}
+
+/// [`evaluate`], with the write's expiry when `EXPIRY` ([`super::decide`]).
+#[inline]
+pub(super) fn evaluate_as<const EXPIRY: bool>(
+    p: &SlidingWindowParams,
+    rules: &Rules,
+    state: Option<&SlidingWindowState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<SlidingWindowState>, ModelError> {
     step(p, rules, state, now_ms, p.limit(), |now| {
         let (w, limit) = (p.window_ms(), p.limit());
         let elapsed = rem(now, w)?;
@@ -138,8 +150,10 @@ pub fn evaluate(
                 current,
                 overdraft: 0,
             };
-            out.allow(state, sub(available, cost)?, sub(reset_at, now)?, rules)?;
-            out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
+            out.allow(state, sub(available, cost)?, sub(reset_at, now)?)?;
+            if EXPIRY {
+                out.expire(reset_at, keeps_expiry.then_some(reset_at), 1, rules)?;
+            }
             return Ok(out);
         }
         out.reset_at_ms = if current > 0 {
@@ -209,7 +223,7 @@ pub fn settle(
             0
         };
         let mut out = Evaluation::denied(now_ms, now, limit, remaining);
-        out.allow(state, remaining, to_reset, rules)?;
+        out.allow(state, remaining, to_reset)?;
         // The deadline its counts give, as an allow's (at least 1 ms away).
         out.expire(out.reset_at_ms, None, 1, rules)?;
         Ok(change.with(out))

@@ -120,6 +120,18 @@ pub fn evaluate(
     now_ms: u64,
     cost: u64,
 ) -> Result<Evaluation<TokenBucketState>, ModelError> {
+    evaluate_as::<true>(p, rules, state, now_ms, cost)
+}
+
+/// [`evaluate`], with the write's expiry when `EXPIRY` ([`super::decide`]).
+#[inline]
+pub(super) fn evaluate_as<const EXPIRY: bool>(
+    p: &TokenBucketParams,
+    rules: &Rules,
+    state: Option<&TokenBucketState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Evaluation<TokenBucketState>, ModelError> {
     step(p, rules, state, now_ms, p.capacity(), |now| {
         let missing = match state {
             Some(s) => missing(p, s, now)?,
@@ -129,7 +141,10 @@ pub fn evaluate(
         let need = mul(cost, p.scale())?;
         let mut out = Evaluation::denied(now_ms, now, p.capacity(), div(tokens, p.scale())?);
         if need <= tokens {
-            let stored = state.map(|s| full_at(p, s)).transpose()?;
+            let stored = match state {
+                Some(s) if EXPIRY => Some(full_at(p, s)?),
+                _ => None,
+            };
             let left = sub(tokens, need)?;
             let to_full = div_ceil(sub(p.capacity_units(), left)?, p.units_per_ms())?;
             let state = TokenBucketState {
@@ -137,8 +152,10 @@ pub fn evaluate(
                 tokens: left,
                 overdraft: 0,
             };
-            out.allow(state, div(left, p.scale())?, to_full, rules)?;
-            out.expire(out.reset_at_ms, stored, bucket_quantum(p, rules)?, rules)?;
+            out.allow(state, div(left, p.scale())?, to_full)?;
+            if EXPIRY {
+                out.expire(out.reset_at_ms, stored, bucket_quantum(p, rules)?, rules)?;
+            }
         } else {
             // In overdraft, `missing - capacity + need` stays in range: `need <= capacity`.
             let short = if missing > p.capacity_units() {
@@ -180,7 +197,7 @@ pub fn settle(
         let remaining = div(state.tokens, p.scale())?;
         let mut out = Evaluation::denied(now_ms, now, p.capacity(), remaining);
         let to_full = div_ceil(missing, p.units_per_ms())?;
-        out.allow(state, remaining, to_full, rules)?;
+        out.allow(state, remaining, to_full)?;
         // Its deadline set, at least 1 ms away also when nothing is left counted.
         out.expire(out.reset_at_ms, None, bucket_quantum(p, rules)?, rules)?;
         Ok(change.with(out))

@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use common::{RawStep, policy, raw_steps, small_policy, start_time, step};
 use proptest::prelude::*;
+use shared_contract::model::multi::{self, Member};
 use shared_contract::model::{self, AlgorithmState, Evaluation, ModelError, Verdict};
 use shared_contract::policy::MAX_TIME_MS;
 use shared_contract::{
@@ -256,6 +257,38 @@ proptest! {
                 prop_assert!(ev.new_state.is_some());
                 prop_assert!(ev.ttl_ms >= 1);
                 state = ev.new_state;
+            }
+        }
+    }
+
+    /// The local provider's entry points, `decide` and `decide_all`, answer what `evaluate`
+    /// and `evaluate_all` do but for the write's expiry, which they leave unset.
+    #[test]
+    fn decide_is_evaluate_without_the_expiry(
+        p in prop_oneof![small_policy(), policy()], start in start_time(), steps in raw_steps(60),
+    ) {
+        let mut state: Option<AlgorithmState> = None;
+        let mut now = start;
+        for raw in steps {
+            let (dt, cost) = step(&p, raw);
+            now = now.saturating_add_signed(dt).min(MAX_TIME_MS);
+            let mut want = model::evaluate(&p, state.as_ref(), now, cost).expect("in range");
+            let got = model::decide(&p, state.as_ref(), now, cost).expect("in range");
+            if want.new_state.is_some() {
+                prop_assert!(want.ttl_ms >= 1, "evaluate sets an expiry");
+            }
+            want.ttl_ms = 0;
+            want.keeps_expiry = false;
+            prop_assert_eq!(&got, &want);
+            let member = [Member { policy: &p, state: state.as_ref(), cost }];
+            let mut all = multi::evaluate_all(&member, now).expect("in range");
+            for m in &mut all.members {
+                m.ttl_ms = 0;
+                m.keeps_expiry = false;
+            }
+            prop_assert_eq!(multi::decide_all(&member, now).expect("in range"), all);
+            if let Some(s) = got.new_state {
+                state = Some(s);
             }
         }
     }
