@@ -25,7 +25,7 @@
 
 use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
 use super::{Evaluation, ModelError, Rules, Stored, quantum, step};
-use crate::exact::{add, div, div_ceil, mul, sub};
+use crate::exact::{add, div, div_ceil, mul, product_reaches, sub};
 use crate::policy::GcraParams;
 
 /// Stored state of a GCRA policy for one subject.
@@ -81,7 +81,7 @@ pub fn repay(p: &GcraParams, s: &GcraState, now: u64) -> Result<u64, ModelError>
     let elapsed = sub(now, s.last_ms)?;
     let total = add(s.debt, s.overdraft)?;
     // Paid off once elapsed * rate >= debt, i.e. elapsed >= ceil(debt / rate).
-    if elapsed >= div_ceil(total, p.units_per_ms())? {
+    if product_reaches(elapsed, p.units_per_ms(), total) {
         Ok(0)
     } else {
         Ok(sub(total, mul(elapsed, p.units_per_ms())?)?)
@@ -141,7 +141,8 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
         };
         let tolerance = p.tolerance_units();
         let need = mul(cost, p.interval_units())?;
-        let mut out = Evaluation::denied(now_ms, now, p.burst(), remaining(p, debt)?);
+        // `remaining` is set on each branch: a division is worth computing once.
+        let mut out = Evaluation::denied(now_ms, now, p.burst(), 0);
         if debt <= tolerance && need <= sub(tolerance, debt)? {
             let stored = match state {
                 Some(s) if EXPIRY => Some(repaid_at(p, s)?),
@@ -165,6 +166,7 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
             } else {
                 sub(need, sub(tolerance, debt)?)?
             };
+            out.remaining = remaining(p, debt)?;
             out.retry_after_ms = div_ceil(short, p.units_per_ms())?;
             out.reset_at_ms = add(now, div_ceil(debt, p.units_per_ms())?)?;
         }

@@ -24,7 +24,7 @@
 
 use super::settlement::{Hold, Settlement, adjust, decayed, most_owed};
 use super::{Evaluation, ModelError, Rules, Stored, quantum, step};
-use crate::exact::{add, div, div_ceil, mul, rem, sub};
+use crate::exact::{add, div, div_ceil, mul, product_reaches, sub};
 use crate::policy::TokenBucketParams;
 
 /// Stored state of a token-bucket policy for one subject.
@@ -77,10 +77,8 @@ impl Stored for TokenBucketState {
 pub fn missing(p: &TokenBucketParams, s: &TokenBucketState, now: u64) -> Result<u64, ModelError> {
     let missing = add(sub(p.capacity_units(), s.tokens)?, s.overdraft)?;
     let elapsed = sub(now, s.last_ms)?;
-    // Full once elapsed * rate >= missing, i.e. elapsed > q, or elapsed == q with no remainder.
-    let q = div(missing, p.units_per_ms())?;
-    let full = elapsed > q || (elapsed == q && rem(missing, p.units_per_ms())? == 0);
-    Ok(if full {
+    // Full once elapsed * rate >= missing.
+    Ok(if product_reaches(elapsed, p.units_per_ms(), missing) {
         0
     } else {
         sub(missing, mul(elapsed, p.units_per_ms())?)?
@@ -139,7 +137,8 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
         };
         let tokens = p.capacity_units().saturating_sub(missing);
         let need = mul(cost, p.scale())?;
-        let mut out = Evaluation::denied(now_ms, now, p.capacity(), div(tokens, p.scale())?);
+        // `remaining` is set on each branch: a division is worth computing once.
+        let mut out = Evaluation::denied(now_ms, now, p.capacity(), 0);
         if need <= tokens {
             let stored = match state {
                 Some(s) if EXPIRY => Some(full_at(p, s)?),
@@ -163,6 +162,7 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
             } else {
                 sub(need, tokens)?
             };
+            out.remaining = div(tokens, p.scale())?;
             out.retry_after_ms = div_ceil(short, p.units_per_ms())?;
             out.reset_at_ms = add(now, div_ceil(missing, p.units_per_ms())?)?;
         }
