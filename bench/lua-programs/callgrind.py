@@ -69,7 +69,7 @@ MEMBERS = [SINGLES[2], SINGLES[0], SINGLES[3]]
 # The programs whose allows keep an existing key's expiry while its deadline stays: their
 # allow floor keeps it too.
 KEEPS = {"rate-fixed-window-v2.lua", "rate-sliding-counter-v2.lua", "rate-token-bucket-v2.lua",
-         "rate-gcra-v2.lua"}
+         "rate-gcra-v2.lua", "rate-sliding-log-v2.lua"}
 
 
 def send(port, calls):

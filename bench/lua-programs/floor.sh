@@ -13,10 +13,9 @@
 # itself, does not include it. drive.py fails the run on any error reply or on a decision
 # other than ALLOWED or DENIED.
 #
-# The floors of the fixed window, sliding counter, token bucket, GCRA and multi program keep
-# an existing key's expiry (floors/single-keep.lua, multi-3.lua) as the programs do while a
-# key's deadline stays; the sliding log's and the charge's floors set it (floors/single.lua,
-# settle-1.lua).
+# The floors of the rate programs and the multi program keep an existing key's expiry
+# (floors/single-keep.lua, multi-3.lua) as the programs do while a key's deadline stays; the
+# charge's floor sets it (settle-1.lua).
 #
 # Prints one line per program and round, then per program the median over rounds of
 # program/floor, and for the multi program (three token-bucket members) its cost against
@@ -78,7 +77,7 @@ done
 # The fixed window, sliding counter, token bucket and GCRA keep an existing key's expiry
 # while its deadline stays, so their floors do.
 keep_floor=$(cli SCRIPT LOAD "$(cat "$here/floors/single-keep.lua")")
-for p in fixed-window sliding-counter token-bucket gcra; do sha[$p-floor]=$keep_floor; done
+for p in fixed-window sliding-counter token-bucket gcra sliding-log; do sha[$p-floor]=$keep_floor; done
 sha[multi]=$(cli SCRIPT LOAD "$(cat "$lua/rate-multi-v2.lua")")
 sha[multi-floor]=$multi_floor
 sha[charge]=$(cli SCRIPT LOAD "$(cat "$lua/rate-settle-v1.lua")")

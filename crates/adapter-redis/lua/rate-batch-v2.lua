@@ -698,7 +698,27 @@ local function member_5(A, now, RAW)
       value = struct.pack('<BI6I4' .. string.rep('I5I2', m / 2), 0x15, eff, revision,
         unpack(vals, 1, m))
     end
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }, value, w + grace
+    -- The deadline: the new entry leaves the window, plus the grace, rounded up to the quantum
+    -- (an eighth of the window, at most grace less max_regression, at least 1), on this clock.
+    -- The stored state's newest entry set its deadline the same way: when it rounds to this
+    -- one, keep it (false).
+    local quantum = (w - w % 8) / 8
+    if quantum > grace - max_regression then
+      quantum = grace - max_regression
+    end
+    if quantum < 1 then
+      quantum = 1
+    end
+    local due = eff + w + grace
+    local deadline = due - due % quantum
+    if deadline < due then
+      deadline = deadline + quantum
+    end
+    local ttl = deadline - now
+    if count >= 1 and times[count] + w + grace > deadline - quantum then
+      ttl = false
+    end
+    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }, value, ttl
   end
 
   local reset_at = eff

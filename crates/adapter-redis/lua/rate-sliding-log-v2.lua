@@ -19,7 +19,12 @@
 --
 -- Reply: {status, server_now_ms, effective_now_ms, limit, remaining, retry_after_ms,
 --         reset_at_ms}; status a bulk string, the rest integers in 0..=2^53-1.
---   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1)
+--   ALLOWED             admitted; state written with SET ... PX ttl (ttl >= 1) to its deadline:
+--                       reset_at_ms (when the newest entry leaves the window) +
+--                       cleanup_grace_ms rounded up to a quantum (an eighth of the window,
+--                       at most cleanup_grace_ms - max_clock_regression_ms, at least 1 ms),
+--                       less server_now_ms; or with SET ... KEEPTTL when the stored state's
+--                       deadline is the same
 --   DENIED              not admitted; nothing written
 --   CLOCK_UNSAFE        TIME is behind the stored last_ms by more than the allowed
 --                       regression; nothing written
@@ -151,7 +156,33 @@ if cost <= available then
     value = struct.pack('<BI6I4' .. string.rep('I5I2', m / 2), 0x15, eff, revision,
       unpack(vals, 1, m))
   end
-  redis.call('SET', KEYS[1], value, 'PX', w + grace)
+  -- The deadline: the new entry leaves the window, plus the grace, rounded up to the quantum
+  -- (an eighth of the window, at most grace less max_regression, at least 1), on this clock.
+  -- The stored state's newest entry set its deadline the same way: when it rounds to this
+  -- one, keep it (false).
+  local quantum = (w - w % 8) / 8
+  if quantum > grace - max_regression then
+    quantum = grace - max_regression
+  end
+  if quantum < 1 then
+    quantum = 1
+  end
+  local due = eff + w + grace
+  local deadline = due - due % quantum
+  if deadline < due then
+    deadline = deadline + quantum
+  end
+  local ttl = deadline - now
+  if count >= 1 and times[count] + w + grace > deadline - quantum then
+    ttl = false
+  end
+  -- @write begin
+  if ttl then
+    redis.call('SET', KEYS[1], value, 'PX', ttl)
+  else
+    redis.call('SET', KEYS[1], value, 'KEEPTTL')
+  end
+  -- @write end
   return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }
 end
 

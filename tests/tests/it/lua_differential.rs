@@ -83,7 +83,11 @@ fn differential(program: Program, policies: impl Strategy<Value = RateLimitPolic
         // A write whose state has the stored state's deadline keeps the key's expiry.
         let keeps = matches!(
             program,
-            Program::FixedWindow | Program::SlidingCounter | Program::TokenBucket | Program::Gcra
+            Program::FixedWindow
+                | Program::SlidingCounter
+                | Program::TokenBucket
+                | Program::Gcra
+                | Program::SlidingLog
         );
         assert!(
             !keeps || seen.get("expiry kept").is_some_and(|&n| n >= 3),

@@ -76,10 +76,10 @@ pub struct Evaluation<S> {
     /// Time to live of `new_state` in ms (0 when nothing is written, and from [`decide`]).
     pub ttl_ms: u64,
     /// The stored key already expires `ttl_ms` from now, so the write may keep its expiry
-    /// (`SET ... KEEPTTL`) rather than set it: every rate algorithm but the sliding log gives
-    /// a state a deadline that the state itself determines (`reset_at_ms` plus the cleanup
-    /// grace, a bucket's rounded up to a quantum), and the stored state's is this one's. A
-    /// store that always sets `ttl_ms` is as exact. Always `false` from [`decide`].
+    /// (`SET ... KEEPTTL`) rather than set it: every rate algorithm gives a state a deadline
+    /// that the state itself determines (`reset_at_ms` plus the cleanup grace, a bucket's, a
+    /// GCRA's and a sliding log's rounded up to a quantum), and the stored state's is this
+    /// one's. A store that always sets `ttl_ms` is as exact. Always `false` from [`decide`].
     pub keeps_expiry: bool,
 }
 

@@ -8,10 +8,15 @@
 //!   enough have left, at `time_k + W` of the last one that had to leave;
 //! - `reset_at = newest time + W`.
 //!
+//! An allow's key expires when its newest entry (this one) has left the window, plus the
+//! cleanup grace, rounded up to a quantum (an eighth of the window, capped as the bucket's:
+//! [`Evaluation::keeps_expiry`]): a write whose deadline rounds to the stored state's keeps
+//! the key's expiry, so a stream of allows sets it about once a quantum.
+//!
 //! State: `last_ms` (time of the last allow) and the entries, oldest first. The entry count is
 //! at most `limit` ([`crate::policy::SLIDING_LOG_MAX_LIMIT`] bounds it).
 
-use super::{Evaluation, ModelError, Rules, Stored, step};
+use super::{Evaluation, ModelError, Rules, Stored, quantum, step};
 use crate::exact::{add, sub};
 use crate::policy::SlidingLogParams;
 
@@ -92,6 +97,11 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
             None => now,
         };
         if cost <= available {
+            // The stored state's newest entry gave its key its deadline, as this one's does.
+            let stored = match entries.last() {
+                Some(&(t, _)) if EXPIRY => Some(add(t, w)?),
+                _ => None,
+            };
             let mut kept: Vec<(u64, u64)> = Vec::with_capacity(live.len() + 1);
             kept.extend_from_slice(live);
             match kept.last_mut() {
@@ -104,8 +114,7 @@ pub(super) fn evaluate_as<const EXPIRY: bool>(
             };
             out.allow(state, sub(available, cost)?, w)?;
             if EXPIRY {
-                // The newest entry leaves the window `w` from now: no deadline to keep.
-                out.ttl_ms = add(w, rules.cleanup_grace_ms)?;
+                out.expire(out.reset_at_ms, stored, quantum(w, rules), rules)?;
             }
             return Ok(out);
         }

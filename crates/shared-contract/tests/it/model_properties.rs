@@ -52,7 +52,7 @@ fn run(
     Ok(admitted)
 }
 
-/// A fixed-window, sliding-counter, token-bucket or GCRA policy of small horizons (up to 5 s), with a cleanup
+/// A policy of any rate algorithm, of small horizons (up to 5 s), with a cleanup
 /// grace from 0 to beyond an eighth of the horizon and a clock regression allowed up to 100
 /// ms, so that both the quantum (an eighth of the horizon) and its cap (grace less
 /// regression) decide, and a grace below the regression happens too.
@@ -77,6 +77,10 @@ fn expiring_policy() -> impl Strategy<Value = RateLimitPolicy> {
             limit,
             period: Duration::from_millis(p),
             burst,
+        }),
+        (1u64..20, 1u64..5_000).prop_map(|(limit, w)| AlgorithmSpec::SlidingLog {
+            limit,
+            window: Duration::from_millis(w)
         }),
     ];
     (spec, 1u64..20, 0u64..100, 0u64..2_000).prop_filter_map(
@@ -333,11 +337,10 @@ proptest! {
             now = now.saturating_add_signed(dt).min(MAX_TIME_MS - (1 << 43));
             let ev = model::evaluate(&p, state.as_ref(), now, cost).expect("in range");
             if let Some(s) = ev.new_state {
-                // The TTL a provider sets covers the horizon of this write. A fixed window's,
-                // a bucket's and a GCRA's is a deadline on the provider's clock (longer than
-                // from the effective time under a regression), a bucket's and a GCRA's
-                // rounded up to an eighth of the horizon, at most the grace less the
-                // allowed regression.
+                // The TTL a provider sets covers the horizon of this write: a deadline on the
+                // provider's clock (longer than from the effective time under a regression),
+                // a bucket's, a GCRA's and a sliding log's rounded up to an eighth of the
+                // horizon, at most the grace less the allowed regression.
                 let due = ev.reset_at_ms + p.cleanup_grace_ms();
                 let room = p.cleanup_grace_ms().saturating_sub(p.max_clock_regression_ms());
                 let quantum = (p.algorithm().reset_horizon_ms() / 8).min(room).max(1);
@@ -345,12 +348,14 @@ proptest! {
                     Algorithm::FixedWindow(_) | Algorithm::SlidingWindow(_) => {
                         prop_assert_eq!(now + ev.ttl_ms, due);
                     }
-                    Algorithm::TokenBucket(_) | Algorithm::Gcra(_) => {
+                    Algorithm::TokenBucket(_) | Algorithm::Gcra(_) | Algorithm::SlidingLog(_) => {
                         let deadline = now + ev.ttl_ms;
                         prop_assert!(deadline >= due && deadline < due + quantum);
                         prop_assert_eq!(deadline % quantum, 0);
                     }
-                    _ => prop_assert_eq!(ev.ttl_ms, due - ev.effective_now_ms),
+                    Algorithm::Concurrency(_) => {
+                        return Err(TestCaseError::fail("a concurrency policy is not evaluated"));
+                    }
                 }
                 last_write = ev.effective_now_ms;
                 state = Some(s);
