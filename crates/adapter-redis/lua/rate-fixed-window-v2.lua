@@ -53,7 +53,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
 -- new closure per call.
-local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
 if #KEYS ~= 1 or not A or (#A ~= 33 and #A ~= 57) then
@@ -118,7 +117,7 @@ end
 
 local window_start, reset_at
 if not b0 then
-  window_start = eff - (eff - floor(eff / window) * window)
+  window_start = eff - eff % window
   reset_at = window_start + window
 elseif eff >= b0 and eff < b1 then
   window_start, reset_at = b0, b1

@@ -54,7 +54,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
 -- new closure per call.
-local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
 if #KEYS ~= 1 or not A or #A ~= 40 then
@@ -73,7 +72,7 @@ if tolerance > 9007199254740991 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
-local q = floor(tolerance / rate)
+local q = (tolerance - tolerance % rate) / rate
 if tolerance - q * rate ~= 0 then
   q = q + 1
 end
@@ -135,7 +134,7 @@ if last then
   -- only when it is smaller.
   local total = stored + over
   local elapsed = eff - last
-  local paid = floor(total / rate)
+  local paid = (total - total % rate) / rate
   if total - paid * rate ~= 0 then
     paid = paid + 1
   end
@@ -150,23 +149,23 @@ local need = cost * interval
 local credit = tolerance - debt
 if need > credit then
   local short = need - credit
-  local retry = floor(short / rate)
+  local retry = (short - short % rate) / rate
   if short - retry * rate ~= 0 then
     retry = retry + 1
   end
-  local to_reset = floor(debt / rate)
+  local to_reset = (debt - debt % rate) / rate
   if debt - to_reset * rate ~= 0 then
     to_reset = to_reset + 1
   end
   local left = 0
   if credit > 0 then
-    left = floor(credit / interval)
+    left = (credit - credit % interval) / interval
   end
   return { 'DENIED', now, eff, burst, left, retry, eff + to_reset }
 end
 
 debt = debt + need
-local to_reset = floor(debt / rate)
+local to_reset = (debt - debt % rate) / rate
 if debt - to_reset * rate ~= 0 then
   to_reset = to_reset + 1
 end
@@ -203,4 +202,4 @@ else
   redis.call('SET', KEYS[1], value, 'KEEPTTL')
 end
 -- @write end
-return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }
+return { 'ALLOWED', now, eff, burst, (tolerance - debt - (tolerance - debt) % interval) / interval, 0, eff + to_reset }

@@ -56,7 +56,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 -- @generated begin
 -- @member fixed_window begin: generated from rate-fixed-window-v2.lua
 local function member_1(A, now, RAW)
-  local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or (#A ~= 33 and #A ~= 57) then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -118,7 +117,7 @@ local function member_1(A, now, RAW)
 
   local window_start, reset_at
   if not b0 then
-    window_start = eff - (eff - floor(eff / window) * window)
+    window_start = eff - eff % window
     reset_at = window_start + window
   elseif eff >= b0 and eff < b1 then
     window_start, reset_at = b0, b1
@@ -153,7 +152,6 @@ end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
 local function member_2(A, now, RAW)
-  local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 31 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -209,11 +207,11 @@ local function member_2(A, now, RAW)
   end
 
   local w = window
-  local elapsed = eff - floor(eff / w) * w
+  local elapsed = eff % w
   local window_start = eff - elapsed
   local previous, current = 0, 0
   if last then
-    local last_start = last - (last - floor(last / w) * w)
+    local last_start = last - last % w
     if last_start == window_start then
       previous, current = s_previous, s_current
     elseif last_start + w == window_start then
@@ -222,12 +220,12 @@ local function member_2(A, now, RAW)
   end
   -- weight = ceil((w - elapsed) * S / w); estimate = ceil(previous * weight / S) + current.
   local scaled = (w - elapsed) * S
-  local weight = floor(scaled / w)
+  local weight = (scaled - scaled % w) / w
   if scaled - weight * w ~= 0 then
     weight = weight + 1
   end
   local weighted = previous * weight
-  local estimate = floor(weighted / S)
+  local estimate = (weighted - weighted % S) / S
   if weighted - estimate * S ~= 0 then
     estimate = estimate + 1
   end
@@ -271,12 +269,12 @@ local function member_2(A, now, RAW)
       return from
     end
     -- ceil(prev * weight / S) <= room  <=>  weight <= floor(room * S / prev) = m.
-    local m = floor(room * S / prev)
+    local m = (room * S - room * S % prev) / prev
     if m >= S then
       return from
     end
     -- ceil((w - e) * S / w) <= m  <=>  w - e <= floor(m * w / S).
-    local e = w - floor(m * w / S)
+    local e = w - (m * w - m * w % S) / S
     if e < w then
       if e < from then
         return from
@@ -311,7 +309,6 @@ end
 -- @member sliding_window end
 -- @member token_bucket begin: generated from rate-token-bucket-v2.lua
 local function member_3(A, now, RAW)
-  local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 40 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -329,7 +326,7 @@ local function member_3(A, now, RAW)
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
-  local q = floor(capacity_units / rate)
+  local q = (capacity_units - capacity_units % rate) / rate
   if capacity_units - q * rate ~= 0 then
     q = q + 1
   end
@@ -389,7 +386,7 @@ local function member_3(A, now, RAW)
     missing = capacity_units - stored + over
     -- Full once elapsed * rate >= missing, after ceil(missing / rate) ms; the product is
     -- formed only when it is smaller.
-    local m = floor(missing / rate)
+    local m = (missing - missing % rate) / rate
     if missing - m * rate ~= 0 then
       m = m + 1
     end
@@ -409,20 +406,20 @@ local function member_3(A, now, RAW)
   if need > tokens then
     -- In overdraft, what is owed beyond an empty bucket comes first.
     local short = need - tokens + (missing > capacity_units and missing - capacity_units or 0)
-    local retry = floor(short / rate)
+    local retry = (short - short % rate) / rate
     if short - retry * rate ~= 0 then
       retry = retry + 1
     end
-    local to_full = floor(missing / rate)
+    local to_full = (missing - missing % rate) / rate
     if missing - to_full * rate ~= 0 then
       to_full = to_full + 1
     end
-    return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }
+    return { 'DENIED', now, eff, capacity, (tokens - tokens % scale) / scale, retry, eff + to_full }
   end
 
   local left = tokens - need
   local gap = capacity_units - left
-  local to_full = floor(gap / rate)
+  local to_full = (gap - gap % rate) / rate
   if gap - to_full * rate ~= 0 then
     to_full = to_full + 1
   end
@@ -452,12 +449,11 @@ local function member_3(A, now, RAW)
   if full_at and full_at + grace > deadline - quantum then
     ttl = false
   end
-  return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }, value, ttl
+  return { 'ALLOWED', now, eff, capacity, (left - left % scale) / scale, 0, eff + to_full }, value, ttl
 end
 -- @member token_bucket end
 -- @member gcra begin: generated from rate-gcra-v2.lua
 local function member_4(A, now, RAW)
-  local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 40 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
@@ -475,7 +471,7 @@ local function member_4(A, now, RAW)
     return { 'INVALID', now, 0, 0, 0, 0, 0 }
   end
   -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
-  local q = floor(tolerance / rate)
+  local q = (tolerance - tolerance % rate) / rate
   if tolerance - q * rate ~= 0 then
     q = q + 1
   end
@@ -535,7 +531,7 @@ local function member_4(A, now, RAW)
     -- only when it is smaller.
     local total = stored + over
     local elapsed = eff - last
-    local paid = floor(total / rate)
+    local paid = (total - total % rate) / rate
     if total - paid * rate ~= 0 then
       paid = paid + 1
     end
@@ -550,23 +546,23 @@ local function member_4(A, now, RAW)
   local credit = tolerance - debt
   if need > credit then
     local short = need - credit
-    local retry = floor(short / rate)
+    local retry = (short - short % rate) / rate
     if short - retry * rate ~= 0 then
       retry = retry + 1
     end
-    local to_reset = floor(debt / rate)
+    local to_reset = (debt - debt % rate) / rate
     if debt - to_reset * rate ~= 0 then
       to_reset = to_reset + 1
     end
     local left = 0
     if credit > 0 then
-      left = floor(credit / interval)
+      left = (credit - credit % interval) / interval
     end
     return { 'DENIED', now, eff, burst, left, retry, eff + to_reset }
   end
 
   debt = debt + need
-  local to_reset = floor(debt / rate)
+  local to_reset = (debt - debt % rate) / rate
   if debt - to_reset * rate ~= 0 then
     to_reset = to_reset + 1
   end
@@ -596,12 +592,11 @@ local function member_4(A, now, RAW)
   if paid_at and paid_at + grace > deadline - quantum then
     ttl = false
   end
-  return { 'ALLOWED', now, eff, burst, floor((tolerance - debt) / interval), 0, eff + to_reset }, value, ttl
+  return { 'ALLOWED', now, eff, burst, (tolerance - debt - (tolerance - debt) % interval) / interval, 0, eff + to_reset }, value, ttl
 end
 -- @member gcra end
 -- @member sliding_log begin: generated from rate-sliding-log-v2.lua
 local function member_5(A, now, RAW)
-  local floor = math.floor
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 28 then
     return { 'INVALID', now, 0, 0, 0, 0, 0 }

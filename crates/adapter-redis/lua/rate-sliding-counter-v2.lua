@@ -51,7 +51,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
 -- new closure per call.
-local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
 if #KEYS ~= 1 or not A or #A ~= 31 then
@@ -110,11 +109,11 @@ end
 -- @state end
 
 local w = window
-local elapsed = eff - floor(eff / w) * w
+local elapsed = eff % w
 local window_start = eff - elapsed
 local previous, current = 0, 0
 if last then
-  local last_start = last - (last - floor(last / w) * w)
+  local last_start = last - last % w
   if last_start == window_start then
     previous, current = s_previous, s_current
   elseif last_start + w == window_start then
@@ -123,12 +122,12 @@ if last then
 end
 -- weight = ceil((w - elapsed) * S / w); estimate = ceil(previous * weight / S) + current.
 local scaled = (w - elapsed) * S
-local weight = floor(scaled / w)
+local weight = (scaled - scaled % w) / w
 if scaled - weight * w ~= 0 then
   weight = weight + 1
 end
 local weighted = previous * weight
-local estimate = floor(weighted / S)
+local estimate = (weighted - weighted % S) / S
 if weighted - estimate * S ~= 0 then
   estimate = estimate + 1
 end
@@ -179,12 +178,12 @@ local function first_offset(prev, room, from)
     return from
   end
   -- ceil(prev * weight / S) <= room  <=>  weight <= floor(room * S / prev) = m.
-  local m = floor(room * S / prev)
+  local m = (room * S - room * S % prev) / prev
   if m >= S then
     return from
   end
   -- ceil((w - e) * S / w) <= m  <=>  w - e <= floor(m * w / S).
-  local e = w - floor(m * w / S)
+  local e = w - (m * w - m * w % S) / S
   if e < w then
     if e < from then
       return from

@@ -51,7 +51,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
 -- new closure per call.
-local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
 if #KEYS ~= 1 or not A or #A ~= 28 then

@@ -52,7 +52,6 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- Everything is inline: the chunk runs once per call, so every helper function would be a
 -- new closure per call.
-local floor = math.floor
 local A = ARGV[1]
 -- One length check stands for the arity and type checks of separate arguments.
 if #KEYS ~= 1 or not A or #A ~= 40 then
@@ -71,7 +70,7 @@ if capacity_units > 9007199254740991 then
   return { 'INVALID', now, 0, 0, 0, 0, 0 }
 end
 -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
-local q = floor(capacity_units / rate)
+local q = (capacity_units - capacity_units % rate) / rate
 if capacity_units - q * rate ~= 0 then
   q = q + 1
 end
@@ -133,7 +132,7 @@ if last then
   missing = capacity_units - stored + over
   -- Full once elapsed * rate >= missing, after ceil(missing / rate) ms; the product is
   -- formed only when it is smaller.
-  local m = floor(missing / rate)
+  local m = (missing - missing % rate) / rate
   if missing - m * rate ~= 0 then
     m = m + 1
   end
@@ -153,20 +152,20 @@ local need = cost * scale
 if need > tokens then
   -- In overdraft, what is owed beyond an empty bucket comes first.
   local short = need - tokens + (missing > capacity_units and missing - capacity_units or 0)
-  local retry = floor(short / rate)
+  local retry = (short - short % rate) / rate
   if short - retry * rate ~= 0 then
     retry = retry + 1
   end
-  local to_full = floor(missing / rate)
+  local to_full = (missing - missing % rate) / rate
   if missing - to_full * rate ~= 0 then
     to_full = to_full + 1
   end
-  return { 'DENIED', now, eff, capacity, floor(tokens / scale), retry, eff + to_full }
+  return { 'DENIED', now, eff, capacity, (tokens - tokens % scale) / scale, retry, eff + to_full }
 end
 
 local left = tokens - need
 local gap = capacity_units - left
-local to_full = floor(gap / rate)
+local to_full = (gap - gap % rate) / rate
 if gap - to_full * rate ~= 0 then
   to_full = to_full + 1
 end
@@ -203,4 +202,4 @@ else
   redis.call('SET', KEYS[1], value, 'KEEPTTL')
 end
 -- @write end
-return { 'ALLOWED', now, eff, capacity, floor(left / scale), 0, eff + to_full }
+return { 'ALLOWED', now, eff, capacity, (left - left % scale) / scale, 0, eff + to_full }
