@@ -154,17 +154,17 @@ impl<S> Evaluation<S> {
     }
 
     /// Sets the expiry of a write whose state stops mattering at `reset_at` (the effective
-    /// time it is full again, or its window's end): the deadline `reset_at + grace` rounded up
+    /// time it is full again, its window's end, or its newest entry's exit): the deadline `reset_at + grace` rounded up
     /// to a multiple of `quantum` ms, on the provider's clock, so `ttl_ms` counts from
     /// `server_now_ms` (never shorter than from the effective time) and is at least 1. The
     /// write keeps the stored key's expiry when the stored state, which stops mattering at
     /// `stored_reset_at`, has the same deadline: every write by this rule set it so. A
-    /// quantum lets a deadline that moves with every allow (a bucket's) stay put for a while.
+    /// quantum lets a deadline that moves with every allow (a bucket's, a sliding log's) stay
+    /// put for a while.
     ///
     /// `stored_reset_at` is never after `reset_at` (an allow only moves it later; the windows
     /// pass their own), so the stored deadline is this one exactly when the stored due is past
-    /// the start of this deadline's quantum: one compare, not a second rounding (this runs on
-    /// every local decision).
+    /// the start of this deadline's quantum: one compare, not a second rounding.
     #[inline]
     fn expire(
         &mut self,
@@ -229,10 +229,11 @@ pub enum ModelError {
     ReservationUnsupported(&'static str),
 }
 
-/// The quantum a bucket's deadline is rounded up to ([`Evaluation::expire`]): an eighth of
-/// the time it takes to fill from empty (`horizon_ms`), at most the cleanup grace less the
-/// allowed clock regression, at least 1 ms. A key lives up to that much longer than it must;
-/// a steady stream of allows sets its expiry about once a quantum. The cap keeps a kept
+/// The quantum a bucket's, GCRA's or sliding log's deadline is rounded up to
+/// ([`Evaluation::expire`]): an eighth of its horizon (`horizon_ms`: the time from empty to
+/// full, or the log's window), at most the cleanup grace less the allowed clock regression,
+/// at least 1 ms. A key lives up to that much longer than it must; a steady stream of allows
+/// sets its expiry about once a quantum. The cap keeps a kept
 /// deadline safe when a build before this rule set it (from the effective time, unrounded):
 /// a state kept under it is full within one quantum of the stored state, so no later than
 /// that deadline.

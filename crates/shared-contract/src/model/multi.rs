@@ -69,7 +69,7 @@ pub struct MemberError {
 /// # Errors
 /// [`MemberError`] for the first member the single model refuses.
 pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluation, MemberError> {
-    all(members, now_ms, super::evaluate)
+    all::<true>(members, now_ms)
 }
 
 /// [`evaluate_all`] without the writes' expiries, each member as [`super::decide`] answers.
@@ -77,25 +77,17 @@ pub fn evaluate_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluati
 /// # Errors
 /// As [`evaluate_all`].
 pub fn decide_all(members: &[Member<'_>], now_ms: u64) -> Result<MultiEvaluation, MemberError> {
-    all(members, now_ms, super::decide)
+    all::<false>(members, now_ms)
 }
 
-type Single = fn(
-    &RateLimitPolicy,
-    Option<&AlgorithmState>,
-    u64,
-    Cost,
-) -> Result<Evaluation<AlgorithmState>, ModelError>;
-
-#[inline]
-fn all(
+/// [`evaluate_all`] (`EXPIRY`) or [`decide_all`], as the single model is generic.
+fn all<const EXPIRY: bool>(
     members: &[Member<'_>],
     now_ms: u64,
-    single: Single,
 ) -> Result<MultiEvaluation, MemberError> {
     let mut evaluations = Vec::with_capacity(members.len());
     for (index, m) in members.iter().enumerate() {
-        let evaluation = single(m.policy, m.state, now_ms, m.cost)
+        let evaluation = super::evaluate_as::<EXPIRY>(m.policy, m.state, now_ms, m.cost)
             .map_err(|error| MemberError { index, error })?;
         evaluations.push(evaluation);
     }
