@@ -2,9 +2,12 @@
 """Instructions per EVALSHA (callgrind, counting only inside evalShaCommand), which other
 processes do not move: each Redis program against its floor (floors/: the same redis.calls
 and reply shape, no decision), and the multi-limit program deciding three limits (token
-bucket, fixed window, GCRA) against the three single programs' calls for the same limits.
+bucket, fixed window, GCRA) against the three single programs' calls for the same limits,
+and the batch program: instructions per decision in batches of 16 and 8 token-bucket allows,
+on new keys and on keys that hold state, against single calls for the same decisions.
 
-Usage: bench/lua-programs/callgrind.py [CALLS]   (default 2000; needs valgrind,
+Usage: bench/lua-programs/callgrind.py [CALLS] [TABLE]   (default 2000; TABLE one of floors,
+multi, batch for that table alone; needs valgrind,
 redis-server and redis-cli on PATH; a few minutes). Each figure is one private redis-server
 under callgrind: CALLS calls over CALLS/10 keys (so most calls find state), allow = cost 1
 on 100 per hour, deny = cost 100 on keys already holding cost 1 (the first touch of each key
@@ -12,7 +15,8 @@ allows, so a tenth of the deny calls are allows; their floor is the allow floor'
 programs take their arguments packed in one binary string (drive.py's pack); a floor is
 given its program's own ARGV, so that Redis builds the same Lua strings for both. Every
 reply is checked: a program's allow run must answer ALLOWED throughout, its deny run DENIED
-but for each key's first touch, and no run may answer anything but ALLOWED or DENIED.
+but for each key's first touch, and no run may answer anything but ALLOWED or DENIED; a batch
+must answer DECIDED with every row ALLOWED.
 """
 import os
 import re
@@ -27,6 +31,7 @@ from drive import pack, parse
 HERE = os.path.dirname(os.path.abspath(__file__))
 LUA = os.path.join(HERE, "..", "..", "crates", "adapter-redis", "lua")
 CALLS = int(sys.argv[1]) if len(sys.argv) > 1 else 2000
+ONLY = sys.argv[2] if len(sys.argv) > 2 else None
 
 
 def src(path):
@@ -72,7 +77,32 @@ KEEPS = {"rate-fixed-window-v2.lua", "rate-sliding-counter-v2.lua", "rate-token-
          "rate-gcra-v2.lua", "rate-sliding-log-v2.lua"}
 
 
-def send(port, calls):
+def batch_rows(buf, pos):
+    """(status, end) of a batch reply at buf[pos:] (an array of bulk strings), or None while
+    it is incomplete; status is DECIDED only when every row's status code is 1 (ALLOWED)."""
+    end = buf.find(b"\r\n", pos)
+    if end < 0:
+        return None
+    if buf[pos] != 42:  # '*'
+        return buf[pos:end], end + 2
+    items, pos, first, allowed = int(buf[pos + 1:end]), end + 2, None, True
+    for _ in range(items):
+        end = buf.find(b"\r\n", pos)
+        if end < 0:
+            return None
+        n = int(buf[pos + 1:end])
+        if end + 2 + n + 2 > len(buf):
+            return None
+        item = buf[end + 2:end + 2 + n]
+        if first is None:
+            first = item
+        elif n != 43 or item[0] != 1:
+            allowed = False
+        pos = end + 2 + n + 2
+    return (first if allowed else b"NOT ALL ALLOWED"), pos
+
+
+def send(port, calls, parse=parse):
     """Sends the calls on one connection; the count of each status answered."""
     s = socket.create_connection(("127.0.0.1", int(port)))
     s.sendall(b"".join(calls))
@@ -93,9 +123,10 @@ def send(port, calls):
     return tally
 
 
-def measure(source, calls_of, allowed=None):
+def measure(source, calls_of, allowed=None, batch=False):
     """Instructions in evalShaCommand per call over the calls calls_of(sha) yields, whose
-    replies must all be ALLOWED or DENIED, and ALLOWED `allowed` times when it is given."""
+    replies must all be ALLOWED or DENIED, and ALLOWED `allowed` times when it is given (a
+    batch's: DECIDED, every row ALLOWED)."""
     out = tempfile.mktemp(prefix="cg-lua.")
     port = "17480"
     server = subprocess.Popen(
@@ -111,13 +142,16 @@ def measure(source, calls_of, allowed=None):
     sha = subprocess.run(cli + ["SCRIPT", "LOAD", source], capture_output=True,
                          text=True).stdout.strip()
     calls = list(calls_of(sha))
-    tally = send(port, calls)
+    tally = send(port, calls, batch_rows if batch else parse)
     subprocess.run(cli + ["SHUTDOWN", "NOSAVE"], capture_output=True)
     server.wait()
     with open(out) as f:
         total = int(re.search(r"^(?:summary|totals):\s*(\d+)", f.read(), re.M).group(1))
     os.remove(out)
-    if set(tally) - {b"ALLOWED", b"DENIED"} or allowed not in (None, tally.get(b"ALLOWED", 0)):
+    if batch:
+        if set(tally) != {b"DECIDED"}:
+            sys.exit("unexpected answers %r to %r" % (tally, calls[0]))
+    elif set(tally) - {b"ALLOWED", b"DENIED"} or allowed not in (None, tally.get(b"ALLOWED", 0)):
         sys.exit("unexpected answers %r to %r" % (tally, calls[0]))
     return total / len(calls)
 
@@ -176,6 +210,38 @@ def multi_table():
         print("| %s | %d | %d | %.2f | %d | %.2f |" % (label, m, base, m / base, singles, m / singles))
 
 
-floors_table()
-print()
-multi_table()
+def batch_table():
+    """Per decision: batches of `size` token-bucket allows against single calls of the same
+    decisions, CALLS decisions in all, on new keys (every key written once) and on keys
+    that hold state (CALLS/10 keys, written ten times each)."""
+    name, code, args = SINGLES[2]
+    a = args(1)
+    print("| keys | batch size | batch, per decision | single calls | batch / single |")
+    print("| --- | ---: | ---: | ---: | ---: |")
+    for keys, spread in [("new", CALLS), ("holding state", SPREAD)]:
+        for size in [16, 8]:
+            batches = CALLS // size
+
+            def batch_calls(sha, size=size, spread=spread, batches=batches):
+                for c in range(batches):
+                    ks = [key((c * size + j) % spread, 0) for j in range(size)]
+                    yield resp(["EVALSHA", sha, str(size)] + ks + [pack("<I1", [size])]
+                               + [code, a[0]] * size)
+
+            def single_calls(sha, size=size, spread=spread, batches=batches):
+                for i in range(batches * size):
+                    yield resp(["EVALSHA", sha, "1", key(i % spread, 0)] + a)
+
+            b = measure(program("rate-batch-v2.lua"), batch_calls, batch=True) / size
+            one = measure(program(name), single_calls, allowed=batches * size)
+            print("| %s | %d | %d | %d | %.3f |" % (keys, size, b, one, b / one))
+
+
+if ONLY in (None, "floors"):
+    floors_table()
+    print()
+if ONLY in (None, "multi"):
+    multi_table()
+    print()
+if ONLY in (None, "batch"):
+    batch_table()

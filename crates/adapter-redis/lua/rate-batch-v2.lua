@@ -42,28 +42,42 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 
 -- The member functions, and M: each of them under its algorithm code as ARGV spells it.
 -- Each is the body of one single program after its time block, given its key's value (RAW)
--- instead of reading it, and handing back the value and TTL of its one SET with its allow
--- (a TTL of false: keep the key's expiry, as SET ... KEEPTTL).
+-- instead of reading it, handing back its row as seven values (not a table) and, with its
+-- allow, the value and TTL of its one SET (a TTL of false: keep the key's expiry, as SET ...
+-- KEEPTTL); its arguments are unpacked once per call for all members that share them.
 -- Generated: a unit test of adapter-redis (programs.rs) holds this section to the single
 -- programs, and rewrites it with RL_WRITE_MULTI_LUA=1.
 -- @generated begin
+-- The call's unpacked member arguments, by format and argument string: members of one
+-- policy and cost share theirs.
+local parsed = {}
 -- @member fixed_window begin: generated from rate-fixed-window-v2.lua
 local function member_1(A, now, RAW)
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or (#A ~= 33 and #A ~= 57) then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
-  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I7I5', A)
+  local q = parsed['<I7I4I5I5I7I5']
+  if not q then
+    q = {}
+    parsed['<I7I4I5I5I7I5'] = q
+  end
+  local p = q[A]
+  if not p then
+    p = { struct.unpack('<I7I4I5I5I7I5', A) }
+    q[A] = p
+  end
+  local cost, revision, max_regression, grace, limit, window = p[1], p[2], p[3], p[4], p[5], p[6]
   -- A field beyond 2^53 unpacks inexactly but still above every bound.
   if cost < 1 or cost > limit or revision < 1 or limit > 9007199254740991 or window < 1
     or now > 281474976710655 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
   local b0, b1, b2, b3
   if #A == 57 then
     b0, b1, b2, b3 = struct.unpack('<I6I6I6I6', A, 34)
     if b0 >= b1 or b1 >= b2 or b2 >= b3 then
-      return { 'INVALID', now, 0, 0, 0, 0, 0 }
+      return 'INVALID', now, 0, 0, 0, 0, 0
     end
   end
 
@@ -95,7 +109,7 @@ local function member_1(A, now, RAW)
     -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check. An overdraft leaves
     -- the count at the limit: nothing more is admitted in its window.
     if not n or rev ~= revision or stored > limit then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
   end
 
@@ -103,7 +117,7 @@ local function member_1(A, now, RAW)
   local eff = now
   if last and now < last then
     if last - now > max_regression then
-      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+      return 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last
     end
     eff = last
   end
@@ -119,7 +133,7 @@ local function member_1(A, now, RAW)
   elseif eff >= b2 and eff < b3 then
     window_start, reset_at = b2, b3
   else
-    return { 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff }
+    return 'CLOCK_UNSAFE', now, eff, limit, 0, 1000, eff
   end
   -- Every write of a window sets one deadline, reset_at + grace on this clock (longer under a
   -- regression than from eff, never shorter); a write into the window of the stored state
@@ -130,7 +144,7 @@ local function member_1(A, now, RAW)
   end
   local available = limit - count
   if cost > available then
-    return { 'DENIED', now, eff, limit, available, reset_at - eff, reset_at }
+    return 'DENIED', now, eff, limit, available, reset_at - eff, reset_at
   end
 
   count = count + cost
@@ -140,20 +154,30 @@ local function member_1(A, now, RAW)
   else
     value = struct.pack('<BI6I4I7', 0x11, eff, revision, count)
   end
-  return { 'ALLOWED', now, eff, limit, limit - count, 0, reset_at }, value, ttl
+  return 'ALLOWED', now, eff, limit, limit - count, 0, reset_at, value, ttl
 end
 -- @member fixed_window end
 -- @member sliding_window begin: generated from rate-sliding-counter-v2.lua
 local function member_2(A, now, RAW)
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 31 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
-  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I5I5', A)
+  local q = parsed['<I7I4I5I5I5I5']
+  if not q then
+    q = {}
+    parsed['<I7I4I5I5I5I5'] = q
+  end
+  local p = q[A]
+  if not p then
+    p = { struct.unpack('<I7I4I5I5I5I5', A) }
+    q[A] = p
+  end
+  local cost, revision, max_regression, grace, limit, window = p[1], p[2], p[3], p[4], p[5], p[6]
   -- A field beyond 2^53 unpacks inexactly but still above every bound.
   if cost < 1 or cost > limit or revision < 1 or limit > 9007199254 or window < 1
     or window > 9007199254 or now > 281474976710655 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
 
   local S = 1000000 -- fixed-point scale of the previous window's weight
@@ -186,7 +210,7 @@ local function member_2(A, now, RAW)
     end
     -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or s_previous > limit or s_current > limit then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
   end
 
@@ -194,7 +218,7 @@ local function member_2(A, now, RAW)
   local eff = now
   if last and now < last then
     if last - now > max_regression then
-      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+      return 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last
     end
     eff = last
   end
@@ -245,7 +269,7 @@ local function member_2(A, now, RAW)
     else
       value = struct.pack('<BI6I4I5I5', 0x12, eff, revision, previous, current)
     end
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, reset_at }, value, ttl
+    return 'ALLOWED', now, eff, limit, available - cost, 0, reset_at, value, ttl
   end
 
   local reset_at = eff
@@ -297,26 +321,36 @@ local function member_2(A, now, RAW)
       retry = to_next + w
     end
   end
-  return { 'DENIED', now, eff, limit, available, retry, reset_at }
+  return 'DENIED', now, eff, limit, available, retry, reset_at
 end
 -- @member sliding_window end
 -- @member token_bucket begin: generated from rate-token-bucket-v2.lua
 local function member_3(A, now, RAW)
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 40 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
+  end
+  local q = parsed['<I7I4I5I5I7I5I7']
+  if not q then
+    q = {}
+    parsed['<I7I4I5I5I7I5I7'] = q
+  end
+  local p = q[A]
+  if not p then
+    p = { struct.unpack('<I7I4I5I5I7I5I7', A) }
+    q[A] = p
   end
   local cost, revision, max_regression, grace, capacity, scale, rate =
-    struct.unpack('<I7I4I5I5I7I5I7', A)
+    p[1], p[2], p[3], p[4], p[5], p[6], p[7]
   -- A field beyond 2^53 unpacks inexactly but still above every bound.
   if cost < 1 or cost > capacity or revision < 1 or capacity > 9007199254740991 or scale < 1
     or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
   -- A product beyond 2^53 is inexact but still above 2^53-1, so this check is exact.
   local capacity_units = capacity * scale
   if capacity_units > 9007199254740991 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
   -- Full recovery, ceil(capacity_units / rate), by quotient and remainder.
   local q = (capacity_units - capacity_units % rate) / rate
@@ -324,7 +358,7 @@ local function member_3(A, now, RAW)
     q = q + 1
   end
   if q > 1099511627775 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
 
   -- A wrong key type comes back as an error table, never raised.
@@ -360,7 +394,7 @@ local function member_3(A, now, RAW)
     end
     -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or stored > capacity_units then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
   end
 
@@ -368,7 +402,7 @@ local function member_3(A, now, RAW)
   local eff = now
   if last and now < last then
     if last - now > max_regression then
-      return { 'CLOCK_UNSAFE', now, last, capacity, 0, last - now, last }
+      return 'CLOCK_UNSAFE', now, last, capacity, 0, last - now, last
     end
     eff = last
   end
@@ -407,7 +441,7 @@ local function member_3(A, now, RAW)
     if missing - to_full * rate ~= 0 then
       to_full = to_full + 1
     end
-    return { 'DENIED', now, eff, capacity, (tokens - tokens % scale) / scale, retry, eff + to_full }
+    return 'DENIED', now, eff, capacity, (tokens - tokens % scale) / scale, retry, eff + to_full
   end
 
   local left = tokens - need
@@ -442,26 +476,36 @@ local function member_3(A, now, RAW)
   if full_at and full_at + grace > deadline - quantum then
     ttl = false
   end
-  return { 'ALLOWED', now, eff, capacity, (left - left % scale) / scale, 0, eff + to_full }, value, ttl
+  return 'ALLOWED', now, eff, capacity, (left - left % scale) / scale, 0, eff + to_full, value, ttl
 end
 -- @member token_bucket end
 -- @member gcra begin: generated from rate-gcra-v2.lua
 local function member_4(A, now, RAW)
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 40 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
+  end
+  local q = parsed['<I7I4I5I5I7I5I7']
+  if not q then
+    q = {}
+    parsed['<I7I4I5I5I7I5I7'] = q
+  end
+  local p = q[A]
+  if not p then
+    p = { struct.unpack('<I7I4I5I5I7I5I7', A) }
+    q[A] = p
   end
   local cost, revision, max_regression, grace, burst, interval, rate =
-    struct.unpack('<I7I4I5I5I7I5I7', A)
+    p[1], p[2], p[3], p[4], p[5], p[6], p[7]
   -- A field beyond 2^53 unpacks inexactly but still above every bound.
   if cost < 1 or cost > burst or revision < 1 or burst > 9007199254740991 or interval < 1
     or rate < 1 or rate > 9007199254740991 or now > 281474976710655 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
   -- A product beyond 2^53 is inexact but still above 2^53-1, so this check is exact.
   local tolerance = burst * interval
   if tolerance > 9007199254740991 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
   -- Full recovery, ceil(tolerance / rate), by quotient and remainder.
   local q = (tolerance - tolerance % rate) / rate
@@ -469,7 +513,7 @@ local function member_4(A, now, RAW)
     q = q + 1
   end
   if q > 1099511627775 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
 
   -- A wrong key type comes back as an error table, never raised.
@@ -505,7 +549,7 @@ local function member_4(A, now, RAW)
     end
     -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     if not n or rev ~= revision or stored > tolerance then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
   end
 
@@ -513,7 +557,7 @@ local function member_4(A, now, RAW)
   local eff = now
   if last and now < last then
     if last - now > max_regression then
-      return { 'CLOCK_UNSAFE', now, last, burst, 0, last - now, last }
+      return 'CLOCK_UNSAFE', now, last, burst, 0, last - now, last
     end
     eff = last
   end
@@ -551,7 +595,7 @@ local function member_4(A, now, RAW)
     if credit > 0 then
       left = (credit - credit % interval) / interval
     end
-    return { 'DENIED', now, eff, burst, left, retry, eff + to_reset }
+    return 'DENIED', now, eff, burst, left, retry, eff + to_reset
   end
 
   debt = debt + need
@@ -585,20 +629,30 @@ local function member_4(A, now, RAW)
   if paid_at and paid_at + grace > deadline - quantum then
     ttl = false
   end
-  return { 'ALLOWED', now, eff, burst, (tolerance - debt - (tolerance - debt) % interval) / interval, 0, eff + to_reset }, value, ttl
+  return 'ALLOWED', now, eff, burst, (tolerance - debt - (tolerance - debt) % interval) / interval, 0, eff + to_reset, value, ttl
 end
 -- @member gcra end
 -- @member sliding_log begin: generated from rate-sliding-log-v2.lua
 local function member_5(A, now, RAW)
   -- One length check stands for the arity and type checks of separate arguments.
   if not A or #A ~= 28 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
-  local cost, revision, max_regression, grace, limit, window = struct.unpack('<I7I4I5I5I2I5', A)
+  local q = parsed['<I7I4I5I5I2I5']
+  if not q then
+    q = {}
+    parsed['<I7I4I5I5I2I5'] = q
+  end
+  local p = q[A]
+  if not p then
+    p = { struct.unpack('<I7I4I5I5I2I5', A) }
+    q[A] = p
+  end
+  local cost, revision, max_regression, grace, limit, window = p[1], p[2], p[3], p[4], p[5], p[6]
   -- A field beyond 2^53 unpacks inexactly but still above every bound.
   if cost < 1 or cost > limit or revision < 1 or limit > 1000 or window < 1
     or now > 281474976710655 then
-    return { 'INVALID', now, 0, 0, 0, 0, 0 }
+    return 'INVALID', now, 0, 0, 0, 0, 0
   end
 
   -- A wrong key type comes back as an error table, never raised.
@@ -620,7 +674,7 @@ local function member_5(A, now, RAW)
       v = { struct.unpack('<BI6I4' .. string.rep('I5I2', k), raw) }
     end
     if not v or v[3] ~= revision then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
     -- Six bytes cannot exceed 2^48-1, so last_ms needs no range check.
     last = v[2]
@@ -628,7 +682,7 @@ local function member_5(A, now, RAW)
     for j = 1, k do
       local age, c = v[2 + 2 * j], v[3 + 2 * j]
       if c == 0 or age > last or (prev_age and age >= prev_age) then
-        return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+        return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
       end
       sum = sum + c
       prev_age = age
@@ -636,7 +690,7 @@ local function member_5(A, now, RAW)
       costs[j] = c
     end
     if sum > limit then
-      return { 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0 }
+      return 'STATE_INCOMPATIBLE', now, 0, 0, 0, 0, 0
     end
     count = k
   end
@@ -645,7 +699,7 @@ local function member_5(A, now, RAW)
   local eff = now
   if last and now < last then
     if last - now > max_regression then
-      return { 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last }
+      return 'CLOCK_UNSAFE', now, last, limit, 0, last - now, last
     end
     eff = last
   end
@@ -713,7 +767,7 @@ local function member_5(A, now, RAW)
     if count >= 1 and times[count] + w + grace > deadline - quantum then
       ttl = false
     end
-    return { 'ALLOWED', now, eff, limit, available - cost, 0, eff + w }, value, ttl
+    return 'ALLOWED', now, eff, limit, available - cost, 0, eff + w, value, ttl
   end
 
   local reset_at = eff
@@ -730,7 +784,7 @@ local function member_5(A, now, RAW)
       break
     end
   end
-  return { 'DENIED', now, eff, limit, available, retry, reset_at }
+  return 'DENIED', now, eff, limit, available, retry, reset_at
 end
 -- @member sliding_log end
 local M = { ['1'] = member_1, ['2'] = member_2, ['3'] = member_3, ['4'] = member_4, ['5'] = member_5 }
@@ -747,23 +801,29 @@ if n < 1 or n > 64 or #KEYS ~= n or #argv < 1 + 2 * n then
 end
 
 local code = { ALLOWED = 1, DENIED = 2, CLOCK_UNSAFE = 3, STATE_INCOMPATIBLE = 4, INVALID = 5 }
+-- The last TTL written and its decimal string: members of one policy written at this one
+-- `now` mostly share their TTL, and Redis would format a number argument with
+-- snprintf('%.17g') for each (about 2,700 instructions, against a string's none).
+local last_ttl, px
 local reply = { 'DECIDED' }
 for i = 1, n do
   local f, key = M[argv[2 * i]], KEYS[i]
-  local row, value, ttl
+  local s, a, b, c, d, e, g, value, ttl
   if f then
     -- A wrong key type comes back as an error table, never raised.
-    row, value, ttl = f(argv[2 * i + 1], now, redis.pcall('GET', key))
+    s, a, b, c, d, e, g, value, ttl = f(argv[2 * i + 1], now, redis.pcall('GET', key))
     if not value then
     elseif ttl then
-      redis.call('SET', key, value, 'PX', ttl)
+      if ttl ~= last_ttl then
+        last_ttl, px = ttl, string.format('%d', ttl)
+      end
+      redis.call('SET', key, value, 'PX', px)
     else
       redis.call('SET', key, value, 'KEEPTTL')
     end
   else
-    row = { 'INVALID', now, 0, 0, 0, 0, 0 }
+    s, a, b, c, d, e, g = 'INVALID', now, 0, 0, 0, 0, 0
   end
-  reply[i + 1] = struct.pack('<I1I7I7I7I7I7I7', code[row[1]], row[2], row[3], row[4], row[5],
-    row[6], row[7])
+  reply[i + 1] = struct.pack('<I1I7I7I7I7I7I7', code[s], a, b, c, d, e, g)
 end
 return reply

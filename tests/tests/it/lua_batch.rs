@@ -320,3 +320,107 @@ fn a_bad_header_or_a_short_batch_is_refused_whole_and_writes_nothing() {
     };
     assert_eq!(unpack_row(&fields[1]).expect("a row").status, "ALLOWED");
 }
+
+#[test]
+fn a_member_on_a_key_of_another_type_is_refused_alone_and_its_key_untouched() {
+    let server = RedisServer::shared();
+    let mut con = server.connection();
+    let script = Loaded::load(&mut con, BATCH_SOURCE).expect("compiles");
+    let policy = acceptance_tests::rate::TestPolicy::new(
+        "batch-types",
+        acceptance_tests::rate::algorithm(
+            shared_contract::AlgorithmKind::TokenBucket,
+            5,
+            std::time::Duration::from_secs(60),
+        ),
+    )
+    .build();
+    let good = "rl:{batch}types:good";
+    let others = [
+        (
+            "rl:{batch}types:hash",
+            redis::cmd("HSET")
+                .arg("rl:{batch}types:hash")
+                .arg("f")
+                .arg(1)
+                .clone(),
+        ),
+        (
+            "rl:{batch}types:list",
+            redis::cmd("RPUSH")
+                .arg("rl:{batch}types:list")
+                .arg("x")
+                .clone(),
+        ),
+        (
+            "rl:{batch}types:set",
+            redis::cmd("SADD")
+                .arg("rl:{batch}types:set")
+                .arg("x")
+                .clone(),
+        ),
+    ];
+    let mut before = Vec::new();
+    for (key, setup) in &others {
+        let _: i64 = setup.query(&mut con).expect("setup");
+        before.push(acceptance_tests::lua::dump(&mut con, key).expect("DUMP"));
+    }
+    // The good key around and between the others (one of them twice): all members share one
+    // argument string, so the refused ones share their neighbours' unpacked arguments.
+    let keys = [
+        good,
+        others[0].0,
+        good,
+        others[1].0,
+        others[0].0,
+        others[2].0,
+        good,
+    ];
+    let members: Vec<(usize, u64, Sent, u64)> =
+        keys.iter().map(|_| (0, 1, Sent::Good, 0)).collect();
+    let args = batch_arguments(std::slice::from_ref(&policy), &members);
+    let reply: Value = script
+        .command_keys(&keys, &args)
+        .query(&mut con)
+        .expect("the program answers");
+    let Value::Array(fields) = reply else {
+        panic!("{reply:?}")
+    };
+    assert_eq!(fields.len(), keys.len() + 1, "{fields:?}");
+    let mut remaining = 5;
+    for (i, key) in keys.iter().enumerate() {
+        let row = unpack_row(&fields[i + 1]).expect("a row");
+        if *key == good {
+            remaining -= 1;
+            assert_eq!(
+                (row.status.as_str(), row.remaining),
+                ("ALLOWED", remaining),
+                "member {i}"
+            );
+        } else {
+            assert_eq!(
+                (
+                    row.status.as_str(),
+                    row.effective_now_ms,
+                    row.limit,
+                    row.remaining
+                ),
+                ("STATE_INCOMPATIBLE", 0, 0, 0),
+                "member {i} on {key}"
+            );
+            assert_eq!((row.retry_after_ms, row.reset_at_ms), (0, 0), "member {i}");
+        }
+    }
+    for ((key, _), dumped) in others.iter().zip(before) {
+        assert_eq!(
+            acceptance_tests::lua::dump(&mut con, key).expect("DUMP"),
+            dumped,
+            "{key}"
+        );
+        assert_eq!(
+            acceptance_tests::lua::pttl(&mut con, key).expect("PTTL"),
+            -1,
+            "{key}"
+        );
+    }
+}
