@@ -249,17 +249,22 @@ local function member_2(A, now, RAW)
     end
   end
   -- weight = ceil((w - elapsed) * S / w); estimate = ceil(previous * weight / S) + current.
-  local scaled = (w - elapsed) * S
-  local weight = (scaled - scaled % w) / w
-  if scaled - weight * w ~= 0 then
-    weight = weight + 1
+  -- The estimate: current plus ceil(previous * weight / S), weight = ceil((w - elapsed) * S / w).
+  -- Without a previous count (a key's first window, or after a quiet one) it is current.
+  local estimate = current
+  if previous > 0 then
+    local scaled = (w - elapsed) * S
+    local weight = (scaled - scaled % w) / w
+    if scaled - weight * w ~= 0 then
+      weight = weight + 1
+    end
+    local weighted = previous * weight
+    local carried = (weighted - weighted % S) / S
+    if weighted - carried * S ~= 0 then
+      carried = carried + 1
+    end
+    estimate = estimate + carried
   end
-  local weighted = previous * weight
-  local estimate = (weighted - weighted % S) / S
-  if weighted - estimate * S ~= 0 then
-    estimate = estimate + 1
-  end
-  estimate = estimate + current
   -- Only planted state can push the estimate past the limit; it then admits nothing.
   local available = 0
   if estimate < limit then
