@@ -832,7 +832,7 @@ elseif admitted then
   status = 'ALLOWED'
   for i = 1, n do
     if ttls[i] then
-      redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+      redis.call('SET', KEYS[i], values[i], 'PX', string.format('%d', ttls[i]))
     else
       redis.call('SET', KEYS[i], values[i], 'KEEPTTL')
     end

@@ -1433,7 +1433,7 @@ elseif op ~= 1 or admitted then
   for i = 1, n do
     if not values[i] then
     elseif ttls[i] then
-      redis.call('SET', KEYS[i], values[i], 'PX', ttls[i])
+      redis.call('SET', KEYS[i], values[i], 'PX', string.format('%d', ttls[i]))
     else
       redis.call('SET', KEYS[i], values[i], 'KEEPTTL')
     end

