@@ -7,8 +7,8 @@
 use shared_contract::model::reserve;
 use shared_contract::model::{self, Verdict};
 use shared_contract::{
-    ChargeOutcome, ChargeRequest, Cost, IncompatibleCategory, MultiDecision, Outcome,
-    RateLimitDecision, RateLimitPolicy, RequestError, UnavailableCategory,
+    ChargeOutcome, ChargeRequest, Cost, IncompatibleCategory, MultiDecision, Outcome, PolicyId,
+    RateLimitDecision, RateLimitPolicy, RequestError, SubjectDigest, UnavailableCategory,
 };
 
 use crate::LocalProvider;
@@ -54,6 +54,45 @@ impl LocalProvider {
             decisions,
             replayed: false,
         }))
+    }
+
+    /// Charges `cost` to `subject` under `policy_id` as of `at_ms`, an earlier time than now,
+    /// past the limit if need be ([`reserve::charge_spent`] at `at_ms`: up to the policy's whole limit): what the fleet-share
+    /// fallback charges when it starts deciding for a key the global provider last answered
+    /// for at `at_ms`, so that it admits no more than that answer left. The model's clock rule
+    /// applies: a state written after `at_ms` takes the charge at its own time when within
+    /// the policy's tolerance, and beyond it nothing is written. Whether the charge was
+    /// written; `false` also for a policy without charges (the sliding log), or none here.
+    pub fn charge_as_of(
+        &self,
+        policy_id: &PolicyId,
+        subject: &SubjectDigest,
+        cost: u64,
+        at_ms: u64,
+    ) -> bool {
+        let Some(held) = self.slots.get(policy_id) else {
+            return false;
+        };
+        let policy = &held.policy;
+        if cost == 0 || !policy.kind().takes_reservations() {
+            return false;
+        }
+        let key = [(
+            Key::new(&held.slot.mask, subject.as_bytes()),
+            held.slot.lifetime_ms,
+        )];
+        self.store.update_many(
+            &key,
+            &*self.clock,
+            |states, _now| match reserve::charge_spent(policy, states[0], at_ms, cost) {
+                Ok(mut s) if s.evaluation.verdict != Verdict::ClockUnsafe => {
+                    let written = written(&mut s, policy);
+                    let wrote = written.is_some();
+                    (written.map(|w| vec![w]), wrote)
+                }
+                _ => (None, false),
+            },
+        )
     }
 
     /// Charges the limits at `charged` together, filling their decisions; the outcome refusing

@@ -20,6 +20,22 @@
 //! a heartbeat that reached Redis changes it) the next outage starts from empty state. A
 //! reload keeps the store (a policy of the same id and revision keeps its state).
 //!
+//! ## Starting from the last answer
+//!
+//! Each decision of the global provider for a policy that falls back locally is recorded
+//! ([`crate::sightings`]: its `remaining`, and when it came). When the fallback first decides
+//! for that key, it charges the key's share down to `remaining / size` of that answer, as of
+//! when it came (the model's [`shared_contract::model::reserve::charge_spent`]: a window's
+//! charge belongs to that answer's window, a bucket refills from then), and forgets the
+//! answer. So each instance admits at most `remaining_i / size` more in that window, and the
+//! fleet at most `sum(remaining_i) / size`: at most what Redis left when every instance's last
+//! answer is recent (each `remaining_i` is what was left at the outage plus what the others
+//! were admitted after it), where the plain shares would admit the whole limit again. A
+//! key never answered for (or whose slot another key's answer took) starts from its plain
+//! share; the sliding log takes no charges and always does. Charges add up: a second outage
+//! in the same window starts from the first one's state and the new answer together, so it
+//! admits less, never more.
+//!
 //! Applies to `Unavailable`, `Indeterminate` and `Incompatible` outcomes alike: each means
 //! "no global answer", and the fallback's answer never claims to be one. The provider's own
 //! outcome is counted (`rate_limit_fallback_total{reason}`) so operators see why, and the
@@ -41,8 +57,10 @@ use shared_contract::{
     ChargeRequest, Clock, Deadline, EdgeRateLimitPort, FailurePolicy, FleetShare, MultiDecision,
     MultiOutcome, MultiRequest, Outcome, PolicyId, PolicySet, RateLimitDecision, RateLimitOutcome,
     RateLimitPolicy, RateLimitRequest, Readiness, ReleaseOutcome, ReleaseRequest, RequestError,
-    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest, Source,
+    ReserveOutcome, ReserveRequest, SettleOutcome, SettleRequest, Source, SubjectDigest,
 };
+
+use crate::sightings::{Sighting, Sightings};
 
 /// Where the fleet's size comes from (the Redis heartbeat's last count).
 pub trait FleetSize: fmt::Debug + Send + Sync {
@@ -67,6 +85,8 @@ pub struct FallbackStore {
     size_when_unknown: u64,
     /// The shares of the fleet size last used, with their store.
     current: Mutex<Option<Arc<Shares>>>,
+    /// What the global provider last answered for each key (kept across reloads).
+    sightings: Arc<Sightings>,
 }
 
 /// The shares of every policy for one fleet size, over a store of their own.
@@ -181,6 +201,9 @@ impl FallbackStore {
             fleet,
             size_when_unknown: size_when_unknown.max(1),
             current: Mutex::new(None),
+            sightings: Arc::new(Sightings::new(
+                usize::try_from(settings.max_keys).unwrap_or(usize::MAX),
+            )),
         }
     }
 
@@ -195,6 +218,7 @@ impl FallbackStore {
             fleet: self.fleet.clone(),
             size_when_unknown: self.size_when_unknown,
             current: Mutex::new(None),
+            sightings: self.sightings.clone(),
         };
         let current = self
             .current
@@ -251,11 +275,45 @@ impl FallbackStore {
                 self.clock.now_ms(),
             )));
         }
+        self.start(&shares, &request.policy_id, &request.subject);
         let mut outcome = shares.provider.evaluate_now(request)?;
         if let RateLimitOutcome::Evaluated(d) = &mut outcome {
             shares.tag(d);
         }
         Ok(outcome)
+    }
+
+    /// Records the global provider's answer `d` for `subject`: the fallback starts from it
+    /// when it first decides for the key.
+    fn saw(&self, subject: SubjectDigest, d: &RateLimitDecision) {
+        self.sightings.record(Sighting {
+            policy: d.policy_id.clone(),
+            revision: d.revision,
+            subject,
+            remaining: d.remaining,
+            at_ms: self.clock.now_ms(),
+        });
+    }
+
+    /// Starts the key's share from the global provider's last answer for it, once: charges
+    /// the share down to `remaining / size` of that answer, as of when it came (see the
+    /// module docs). A key never answered for, or answered for at another revision, starts
+    /// from its share's own state.
+    fn start(&self, shares: &Shares, policy: &PolicyId, subject: &SubjectDigest) {
+        let Some(seen) = self.sightings.take(policy, subject) else {
+            return;
+        };
+        let Some(share) = shares.provider.policies().get(policy) else {
+            return;
+        };
+        if seen.revision != share.revision() || shares.zero.contains(policy) {
+            return;
+        }
+        let limit = share.algorithm().limit();
+        let left = (seen.remaining / shares.size).min(limit);
+        shares
+            .provider
+            .charge_as_of(policy, subject, limit - left, seen.at_ms);
     }
 
     /// Decides `request` with this instance's shares, all or nothing.
@@ -282,6 +340,9 @@ impl FallbackStore {
                 decisions,
                 replayed: false,
             }));
+        }
+        for l in request.limits.iter() {
+            self.start(&shares, &l.policy_id, &l.subject);
         }
         let mut outcome = shares.provider.evaluate_all_now(request)?;
         if let MultiOutcome::Evaluated(d) = &mut outcome {
@@ -342,8 +403,11 @@ impl EdgeRateLimitPort for LocalFallback {
     async fn evaluate(&self, request: RateLimitRequest) -> Result<RateLimitOutcome, RequestError> {
         // The request is kept for the fallback; cloning it is a few words plus the policy id.
         let outcome = self.inner.evaluate(request.clone()).await?;
-        if matches!(outcome, RateLimitOutcome::Evaluated(_)) || !self.falls_back(&request.policy_id)
-        {
+        if !self.falls_back(&request.policy_id) {
+            return Ok(outcome);
+        }
+        if let RateLimitOutcome::Evaluated(d) = &outcome {
+            self.fallback.saw(request.subject, d);
             return Ok(outcome);
         }
         metrics::counter!("rate_limit_fallback_total", "reason" => reason(&outcome)).increment(1);
@@ -369,7 +433,10 @@ impl EdgeRateLimitPort for LocalFallback {
             // policy applies to the whole evaluation, at the edge.
             return Ok(outcome);
         }
-        if matches!(outcome, MultiOutcome::Evaluated(_)) {
+        if let MultiOutcome::Evaluated(m) = &outcome {
+            for (l, d) in request.limits.iter().zip(&m.decisions) {
+                self.fallback.saw(l.subject, d);
+            }
             return Ok(outcome);
         }
         let reason = reason(&outcome);
@@ -471,6 +538,12 @@ mod tests {
 
     /// A fallback over a provider that is down, on a fleet the test counts.
     fn fallback(size_when_unknown: u64) -> (LocalFallback, Arc<Counted>) {
+        let down = ScriptedPort::unavailable(policies(), UnavailableCategory::Connect, 250);
+        over(Arc::new(down), size_when_unknown)
+    }
+
+    /// A fallback over `port`, on a fleet the test counts.
+    fn over(port: Arc<ScriptedPort>, size_when_unknown: u64) -> (LocalFallback, Arc<Counted>) {
         let fleet = Arc::new(Counted::default());
         let clock = Arc::new(ManualClock::new(1_000_000));
         let store = FallbackStore::new(
@@ -480,8 +553,7 @@ mod tests {
             Some(fleet.clone()),
             size_when_unknown,
         );
-        let down = ScriptedPort::unavailable(policies(), UnavailableCategory::Connect, 250);
-        (LocalFallback::new(Arc::new(down), Arc::new(store)), fleet)
+        (LocalFallback::new(port, Arc::new(store)), fleet)
     }
 
     fn request(policy: &str, subject: u8, cost: u64) -> RateLimitRequest {
@@ -603,5 +675,69 @@ mod tests {
         };
         assert!(!d.allowed);
         assert_eq!(admitted(&f, "api", 7, 20).await, 4, "5 - the first request");
+    }
+
+    /// A fallback over a provider the test takes down, answering `remaining(subject)` until
+    /// then.
+    fn seen_then_down(
+        remaining: impl Fn(u8) -> u64 + Send + Sync + 'static,
+    ) -> (LocalFallback, Arc<ScriptedPort>, Arc<Counted>) {
+        let port = Arc::new(ScriptedPort::allowing_with(policies(), move |r| {
+            remaining(r.subject.as_bytes()[0])
+        }));
+        let (f, fleet) = over(port.clone(), 1);
+        (f, port, fleet)
+    }
+
+    fn down(port: &ScriptedPort) {
+        port.script(|r| {
+            Ok(RateLimitOutcome::Unavailable {
+                policy_id: r.policy_id.clone(),
+                retry_after_ms: 250,
+                category: UnavailableCategory::Connect,
+            })
+        });
+    }
+
+    #[tokio::test]
+    async fn the_share_starts_from_what_the_global_provider_last_left() {
+        // 10 per hour over 3 instances: a share of 3. Redis last said 4 were left for
+        // subject 1 and 9 for subject 2; subject 3 was never answered for.
+        let (f, port, fleet) = seen_then_down(|subject| if subject == 1 { 4 } else { 9 });
+        fleet.0.store(3, Ordering::Relaxed);
+        assert!(decide(&f, request("api", 1, 1)).await.allowed);
+        assert!(decide(&f, request("api", 2, 1)).await.allowed);
+        down(&port);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 1, "4 / 3 rounded down");
+        assert_eq!(
+            admitted(&f, "api", 2, 20).await,
+            3,
+            "9 / 3, the whole share"
+        );
+        assert_eq!(admitted(&f, "api", 3, 20).await, 3, "never seen: the share");
+        let d = decide(&f, request("api", 1, 1)).await;
+        assert_eq!((d.allowed, d.remaining), (false, 0));
+        assert_eq!(d.fleet, Some(FleetShare { share: 3, size: 3 }));
+    }
+
+    #[tokio::test]
+    async fn a_spent_limit_stays_spent_and_a_bucket_starts_where_it_was_left() {
+        let (f, port, _) = seen_then_down(|_| 0);
+        // Alone (size 1): the share is the whole policy.
+        assert!(decide(&f, request("api", 1, 1)).await.allowed);
+        assert!(decide(&f, request("tokens", 1, 1)).await.allowed);
+        down(&port);
+        assert_eq!(admitted(&f, "api", 1, 20).await, 0, "nothing was left");
+        assert_eq!(
+            admitted(&f, "tokens", 1, 20).await,
+            0,
+            "the bucket was empty"
+        );
+        // The sighting is used once: a second outage keeps what the first one charged.
+        assert_eq!(admitted(&f, "api", 1, 20).await, 0);
+        let (f, port, _) = seen_then_down(|_| 1);
+        assert!(decide(&f, request("tokens", 2, 1)).await.allowed);
+        down(&port);
+        assert_eq!(admitted(&f, "tokens", 2, 20).await, 1, "1 of 2 was left");
     }
 }

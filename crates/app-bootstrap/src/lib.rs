@@ -53,6 +53,8 @@ mod feature_tests;
 pub mod gates;
 pub mod reload;
 pub mod settings;
+#[cfg(feature = "local")]
+pub mod sightings;
 
 #[cfg(feature = "redis")]
 pub use breaker::{BreakerState, CircuitBreaker};

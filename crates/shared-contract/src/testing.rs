@@ -101,6 +101,14 @@ impl ScriptedPort {
     /// Every evaluation is allowed with `remaining` left, by its policy's limit and revision,
     /// source `local`; a policy not in `policies` is [`RequestError::UnknownPolicy`].
     pub fn allowing(policies: PolicySet, remaining: u64) -> Self {
+        Self::allowing_with(policies, move |_| remaining)
+    }
+
+    /// [`Self::allowing`] with `remaining(request)` left.
+    pub fn allowing_with(
+        policies: PolicySet,
+        remaining: impl Fn(&RateLimitRequest) -> u64 + Send + Sync + 'static,
+    ) -> Self {
         let known = policies.clone();
         Self::new(policies, move |r| {
             let policy = known
@@ -109,7 +117,7 @@ impl ScriptedPort {
             Ok(Outcome::Evaluated(RateLimitDecision {
                 allowed: true,
                 limit: policy.algorithm().limit(),
-                remaining,
+                remaining: remaining(r),
                 retry_after_ms: 0,
                 reset_at_ms: 0,
                 policy_id: r.policy_id.clone(),

@@ -231,6 +231,46 @@ fn clock_regression_beyond_threshold_is_unavailable_and_leaves_state_untouched()
 }
 
 #[test]
+fn a_quota_spent_elsewhere_is_charged_as_of_its_time() {
+    let log = AlgorithmSpec::SlidingLog {
+        limit: 5,
+        window: Duration::from_secs(60),
+    };
+    let (p, clock) = provider(vec![
+        policy("api", 1, fixed(10, 60_000), 1),
+        policy("tokens", 1, bucket(4, 1, 1_000), 1),
+        policy("log", 1, log, 1),
+    ]);
+    let window = START_MS - START_MS % 60_000;
+    let api = PolicyId::new("api").expect("valid id");
+    // 8 of the window's 10 spent as of 1 s into it, above `max_cost` (1): 2 are left.
+    clock.set(window + 5_000);
+    assert!(p.charge_as_of(&api, &subject(1), 8, window + 1_000));
+    assert!(decide(&p, &request("api", 1, 1)).allowed);
+    assert_eq!(decide(&p, &request("api", 1, 1)).remaining, 0);
+    assert!(!decide(&p, &request("api", 1, 1)).allowed);
+    // Charged in the window it belongs to: a spend from the last window changes nothing.
+    assert!(p.charge_as_of(&api, &subject(2), 10, window - 1));
+    assert_eq!(decide(&p, &request("api", 2, 1)).remaining, 9);
+    // A bucket emptied 3 s ago has refilled 3 since.
+    let tokens = PolicyId::new("tokens").expect("valid id");
+    assert!(p.charge_as_of(&tokens, &subject(1), 4, window + 2_000));
+    assert_eq!(decide(&p, &request("tokens", 1, 1)).remaining, 2);
+    // Beyond the clock's tolerance behind the stored state nothing is written; nothing either
+    // for the sliding log (no charges), an unknown policy, a cost of 0, or above the limit.
+    assert!(!p.charge_as_of(&tokens, &subject(1), 1, window + 5_000 - 2_001));
+    assert_eq!(decide(&p, &request("tokens", 1, 1)).remaining, 1);
+    let log = PolicyId::new("log").expect("valid id");
+    assert!(!p.charge_as_of(&log, &subject(1), 5, window));
+    assert_eq!(decide(&p, &request("log", 1, 1)).remaining, 4);
+    let unknown = PolicyId::new("other").expect("valid id");
+    assert!(!p.charge_as_of(&unknown, &subject(1), 1, window));
+    assert!(!p.charge_as_of(&api, &subject(3), 0, window));
+    assert!(!p.charge_as_of(&api, &subject(3), 11, window));
+    assert_eq!(decide(&p, &request("api", 3, 1)).remaining, 9);
+}
+
+#[test]
 fn source_is_local_and_certainty_follows_the_algorithm() {
     let sliding = AlgorithmSpec::SlidingWindow {
         limit: 5,

@@ -85,12 +85,23 @@ pub fn settle(
     hold: &Hold,
     actual: u64,
 ) -> Result<Settlement<AlgorithmState>, ModelError> {
+    settle_up_to(policy, state, now_ms, hold, actual, policy.max_cost().get())
+}
+
+/// [`settle`] with `actual` bounded by `bound` instead of the policy's `max_cost`.
+fn settle_up_to(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    hold: &Hold,
+    actual: u64,
+    bound: u64,
+) -> Result<Settlement<AlgorithmState>, ModelError> {
     supported(policy)?;
-    let max_cost = policy.max_cost().get();
-    if actual > max_cost {
+    if actual > bound {
         return Err(ModelError::CostAboveMax {
             cost: actual,
-            max_cost,
+            max_cost: bound,
         });
     }
     let rules = policy.rules();
@@ -144,9 +155,35 @@ pub fn charge(
     now_ms: u64,
     cost: u64,
 ) -> Result<Settlement<AlgorithmState>, ModelError> {
+    charge_up_to(policy, state, now_ms, cost, policy.max_cost().get())
+}
+
+/// [`charge`] of up to the policy's whole limit (capacity, burst) at once, not bounded by its
+/// `max_cost`: what is not a request's cost but a quota already spent elsewhere (the fleet
+/// share's start from the global provider's last answer).
+///
+/// # Errors
+/// [`ModelError::CostAboveMax`] when `cost` is above the limit, and as [`settle`].
+pub fn charge_spent(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    cost: u64,
+) -> Result<Settlement<AlgorithmState>, ModelError> {
+    charge_up_to(policy, state, now_ms, cost, policy.algorithm().limit())
+}
+
+/// A settlement of a hold of nothing, `cost` bounded by `bound`.
+fn charge_up_to(
+    policy: &RateLimitPolicy,
+    state: Option<&AlgorithmState>,
+    now_ms: u64,
+    cost: u64,
+    bound: u64,
+) -> Result<Settlement<AlgorithmState>, ModelError> {
     let hold = Hold {
         at_ms: now_ms,
         estimate: 0,
     };
-    settle(policy, state, now_ms, &hold, cost)
+    settle_up_to(policy, state, now_ms, &hold, cost, bound)
 }
