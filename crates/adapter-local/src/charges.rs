@@ -57,12 +57,13 @@ impl LocalProvider {
     }
 
     /// Charges `cost` to `subject` under `policy_id` as of `at_ms`, an earlier time than now,
-    /// past the limit if need be ([`reserve::charge_spent`] at `at_ms`: up to the policy's whole limit): what the fleet-share
-    /// fallback charges when it starts deciding for a key the global provider last answered
-    /// for at `at_ms`, so that it admits no more than that answer left. The model's clock rule
-    /// applies: a state written after `at_ms` takes the charge at its own time when within
-    /// the policy's tolerance, and beyond it nothing is written. Whether the charge was
-    /// written; `false` also for a policy without charges (the sliding log), or none here.
+    /// past the limit if need be ([`reserve::charge_spent`] at `at_ms`: up to the policy's
+    /// whole limit; a sliding log takes what fits): what the fleet-share fallback charges when
+    /// it starts deciding for a key the global provider last answered for at `at_ms`, so that
+    /// it admits no more than that answer left. The model's clock rule applies: a state
+    /// written after `at_ms` takes the charge at its own time when within the policy's
+    /// tolerance, and beyond it nothing is written. Whether a charge was written (`false` also
+    /// for an unknown or concurrency policy, a cost of 0 or above the limit, a full log).
     pub fn charge_as_of(
         &self,
         policy_id: &PolicyId,
@@ -74,7 +75,7 @@ impl LocalProvider {
             return false;
         };
         let policy = &held.policy;
-        if cost == 0 || !policy.kind().takes_reservations() {
+        if cost == 0 {
             return false;
         }
         let key = [(

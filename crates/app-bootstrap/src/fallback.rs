@@ -32,9 +32,9 @@
 //! answer is recent (each `remaining_i` is what was left at the outage plus what the others
 //! were admitted after it), where the plain shares would admit the whole limit again. A
 //! key never answered for (or whose slot another key's answer took) starts from its plain
-//! share; the sliding log takes no charges and always does. Charges add up: a second outage
-//! in the same window starts from the first one's state and the new answer together, so it
-//! admits less, never more.
+//! share. A sliding log holds no overdraft: its start is an entry of what fits (the log's
+//! window from the answer's time). Charges add up: a second outage in the same window starts
+//! from the first one's state and the new answer together, so it admits less, never more.
 //!
 //! Applies to `Unavailable`, `Indeterminate` and `Incompatible` outcomes alike: each means
 //! "no global answer", and the fallback's answer never claims to be one. The provider's own

@@ -256,13 +256,26 @@ fn a_quota_spent_elsewhere_is_charged_as_of_its_time() {
     let tokens = PolicyId::new("tokens").expect("valid id");
     assert!(p.charge_as_of(&tokens, &subject(1), 4, window + 2_000));
     assert_eq!(decide(&p, &request("tokens", 1, 1)).remaining, 2);
-    // Beyond the clock's tolerance behind the stored state nothing is written; nothing either
-    // for the sliding log (no charges), an unknown policy, a cost of 0, or above the limit.
+    // Beyond the clock's tolerance behind the stored state nothing is written.
     assert!(!p.charge_as_of(&tokens, &subject(1), 1, window + 5_000 - 2_001));
     assert_eq!(decide(&p, &request("tokens", 1, 1)).remaining, 1);
+    // A sliding log holds no overdraft: an entry of what fits, leaving the window after W.
     let log = PolicyId::new("log").expect("valid id");
-    assert!(!p.charge_as_of(&log, &subject(1), 5, window));
-    assert_eq!(decide(&p, &request("log", 1, 1)).remaining, 4);
+    assert!(p.charge_as_of(&log, &subject(1), 3, window + 1_000));
+    assert_eq!(decide(&p, &request("log", 1, 1)).remaining, 1);
+    assert!(p.charge_as_of(&log, &subject(1), 4, window + 5_000));
+    assert!(!decide(&p, &request("log", 1, 1)).allowed);
+    assert!(
+        !p.charge_as_of(&log, &subject(1), 1, window + 5_000),
+        "the log is full"
+    );
+    clock.set(window + 61_000);
+    assert_eq!(
+        decide(&p, &request("log", 1, 1)).remaining,
+        2,
+        "3 left the window"
+    );
+    // Nothing for an unknown policy, a cost of 0, or above the limit.
     let unknown = PolicyId::new("other").expect("valid id");
     assert!(!p.charge_as_of(&unknown, &subject(1), 1, window));
     assert!(!p.charge_as_of(&api, &subject(3), 0, window));

@@ -220,9 +220,9 @@ async fn the_count_follows_instances_that_stop_and_start() {
 /// last answered it (`remaining / 3` of that); then Redis resumes. Returns what Redis admitted
 /// before, what the fallback admitted, and what Redis admitted after it resumed (it never
 /// learns of the fallback's admissions).
-async fn a_window_spanning_an_outage(before: u64) -> (u64, u64, u64) {
+async fn a_window_spanning_an_outage(algorithm: &str, before: u64) -> (u64, u64, u64) {
     let server = RedisServer::start();
-    let policy = format!("algorithm = \"fixed_window\"\nlimit = {L}\nwindow = \"1h\"");
+    let policy = format!("algorithm = \"{algorithm}\"\nlimit = {L}\nwindow = \"1h\"");
     let config = config(server.url(), &policy, 1);
     let apps: Vec<App> = (0..3).map(|_| App::start(&config, &[])).collect();
     let c = reqwest::Client::new();
@@ -277,7 +277,7 @@ async fn a_window_spanning_an_outage(before: u64) -> (u64, u64, u64) {
 /// fallback admits nothing more (the plain shares would admit L again).
 #[tokio::test]
 async fn a_fleet_that_saw_the_limit_spent_admits_nothing_while_redis_is_down() {
-    let (before, fallback, after) = a_window_spanning_an_outage(L + 10).await;
+    let (before, fallback, after) = a_window_spanning_an_outage("fixed_window", L + 10).await;
     assert_eq!(before, L);
     assert_eq!((fallback, after), (0, 0), "the window admitted exactly L");
 }
@@ -288,10 +288,13 @@ async fn a_fleet_that_saw_the_limit_spent_admits_nothing_while_redis_is_down() {
 /// it resumes: the whole window at most 2L, as documented.
 #[tokio::test]
 async fn a_fleet_admits_what_redis_last_left_while_it_is_down() {
-    let (before, fallback, after) = a_window_spanning_an_outage(L / 2).await;
-    assert_eq!(before, L / 2);
-    assert_eq!(fallback, 15, "17 / 3 + 16 / 3 + 15 / 3");
-    assert!(before + fallback <= L);
-    assert!(after <= L - before, "{after}");
-    assert!(before + fallback + after <= 2 * L);
+    // The sliding log too: its start is an entry of what fits, not a charge past the limit.
+    for algorithm in ["fixed_window", "sliding_log"] {
+        let (before, fallback, after) = a_window_spanning_an_outage(algorithm, L / 2).await;
+        assert_eq!(before, L / 2, "{algorithm}");
+        assert_eq!(fallback, 15, "{algorithm}: 17 / 3 + 16 / 3 + 15 / 3");
+        assert!(before + fallback <= L);
+        assert!(after <= L - before, "{algorithm}: {after}");
+        assert!(before + fallback + after <= 2 * L);
+    }
 }

@@ -37,8 +37,8 @@ use crate::policy::{Algorithm, RateLimitPolicy};
 
 pub use super::settlement::{Hold, Settlement};
 use super::{
-    AlgorithmState, Evaluation, ModelError, Verdict, fixed_window, gcra, sliding_window,
-    token_bucket,
+    AlgorithmState, Evaluation, ModelError, Verdict, fixed_window, gcra, sliding_log,
+    sliding_window, token_bucket,
 };
 
 /// Refuses a policy whose algorithm takes no reservations.
@@ -160,17 +160,44 @@ pub fn charge(
 
 /// [`charge`] of up to the policy's whole limit (capacity, burst) at once, not bounded by its
 /// `max_cost`: what is not a request's cost but a quota already spent elsewhere (the fleet
-/// share's start from the global provider's last answer).
+/// share's start from the global provider's last answer). A sliding log, which holds no
+/// overdraft (its entries never sum above the limit), takes an entry of what fits of `cost`
+/// at `now_ms`; a `cost` of 0 changes nothing.
 ///
 /// # Errors
-/// [`ModelError::CostAboveMax`] when `cost` is above the limit, and as [`settle`].
+/// [`ModelError::CostAboveMax`] when `cost` is above the limit, and as [`settle`] (a
+/// concurrency policy takes no charges).
 pub fn charge_spent(
     policy: &RateLimitPolicy,
     state: Option<&AlgorithmState>,
     now_ms: u64,
     cost: u64,
 ) -> Result<Settlement<AlgorithmState>, ModelError> {
-    charge_up_to(policy, state, now_ms, cost, policy.algorithm().limit())
+    let Algorithm::SlidingLog(p) = policy.algorithm() else {
+        return charge_up_to(policy, state, now_ms, cost, policy.algorithm().limit());
+    };
+    if cost > p.limit() {
+        return Err(ModelError::CostAboveMax {
+            cost,
+            max_cost: p.limit(),
+        });
+    }
+    let state = match state {
+        None => None,
+        Some(AlgorithmState::SlidingLog(s)) => Some(s),
+        Some(_) => return Err(ModelError::StateIncompatible("state of another algorithm")),
+    };
+    let rules = policy.rules();
+    // The entry is what fits: an evaluation of `cost`, or of what is available when it is less.
+    let mut e = sliding_log::evaluate(p, &rules, state, now_ms, cost.max(1))?;
+    if e.verdict == Verdict::Denied && e.remaining > 0 {
+        e = sliding_log::evaluate(p, &rules, state, now_ms, e.remaining)?;
+    }
+    if cost == 0 || e.verdict != Verdict::Allowed {
+        // Nothing fits (or nothing was asked): the state stays as it is.
+        e.new_state = None;
+    }
+    Ok(Settlement::from(e.map_state(AlgorithmState::SlidingLog)))
 }
 
 /// A settlement of a hold of nothing, `cost` bounded by `bound`.
