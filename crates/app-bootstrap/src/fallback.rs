@@ -300,20 +300,23 @@ impl FallbackStore {
     /// module docs). A key never answered for, or answered for at another revision, starts
     /// from its share's own state.
     fn start(&self, shares: &Shares, policy: &PolicyId, subject: &SubjectDigest) {
-        let Some(seen) = self.sightings.take(policy, subject) else {
-            return;
-        };
         let Some(share) = shares.provider.policies().get(policy) else {
             return;
         };
-        if seen.revision != share.revision() || shares.zero.contains(policy) {
+        if shares.zero.contains(policy) {
             return;
         }
-        let limit = share.algorithm().limit();
-        let left = (seen.remaining / shares.size).min(limit);
-        shares
-            .provider
-            .charge_as_of(policy, subject, limit - left, seen.at_ms);
+        // Under the sighting's slot: a request racing this one for the key waits for the
+        // charge instead of deciding from the plain share.
+        self.sightings.take_with(policy, subject, |seen| {
+            if seen.revision == share.revision() {
+                let limit = share.algorithm().limit();
+                let left = (seen.remaining / shares.size).min(limit);
+                shares
+                    .provider
+                    .charge_as_of(policy, subject, limit - left, seen.at_ms);
+            }
+        });
     }
 
     /// Decides `request` with this instance's shares, all or nothing.

@@ -72,13 +72,29 @@ impl Sightings {
 
     /// Takes the key's last sighting out of the table: the fallback starts from it once.
     pub fn take(&self, policy: &PolicyId, subject: &SubjectDigest) -> Option<Sighting> {
+        self.take_with(policy, subject, Sighting::clone)
+    }
+
+    /// Takes the key's last sighting out of the table and runs `start` on it before the
+    /// slot is free again: a caller that finds the sighting gone meanwhile waits until
+    /// `start` has done, so it never decides before what the sighting started. (`start`
+    /// may take other locks: nothing takes a slot while holding one of them.)
+    pub fn take_with<R>(
+        &self,
+        policy: &PolicyId,
+        subject: &SubjectDigest,
+        start: impl FnOnce(&Sighting) -> R,
+    ) -> Option<R> {
         let mut slot = self
             .slot(policy, subject)
             .lock()
             .unwrap_or_else(|p| p.into_inner());
-        match &*slot {
-            Some(s) if s.policy == *policy && s.subject == *subject => slot.take(),
-            _ => None,
+        match slot.take() {
+            Some(s) if s.policy == *policy && s.subject == *subject => Some(start(&s)),
+            other => {
+                *slot = other;
+                None
+            }
         }
     }
 }
