@@ -401,20 +401,17 @@ mod tests {
         let mut unpacks = 0;
         while let Some(at) = rest.find(UNPACK) {
             let after = &rest[at + UNPACK.len()..];
-            let Some(end) = after.find(OF_A) else {
+            let format = after
+                .find(OF_A)
+                .map(|end| &after[..end])
+                .filter(|f| !f.contains(['\'', '\n']));
+            let Some(format) = format else {
                 // Another unpack (of the state, or at an offset): left as it is.
                 let (done, next) = rest.split_at(at + UNPACK.len());
                 out.push_str(done);
                 rest = next;
                 continue;
             };
-            let format = &after[..end];
-            if format.contains(['\'', '\n']) {
-                let (done, next) = rest.split_at(at + UNPACK.len());
-                out.push_str(done);
-                rest = next;
-                continue;
-            }
             // The statement starts at the last `local` line before the call.
             let head = &rest[..at];
             let line = head.rfind("\n").map_or(0, |i| i + 1);
@@ -454,7 +451,7 @@ mod tests {
                  {indent}if not p then\n{indent}  p = {{ struct.unpack('{format}', A) }}\n\
                  {indent}  q[A] = p\n{indent}end\n{assign}"
             ));
-            rest = &after[end + OF_A.len()..];
+            rest = &after[format.len() + OF_A.len()..];
             unpacks += 1;
         }
         out.push_str(rest);

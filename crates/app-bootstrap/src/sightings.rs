@@ -70,13 +70,8 @@ impl Sightings {
         *slot.lock().unwrap_or_else(|p| p.into_inner()) = Some(sighting);
     }
 
-    /// Takes the key's last sighting out of the table: the fallback starts from it once.
-    pub fn take(&self, policy: &PolicyId, subject: &SubjectDigest) -> Option<Sighting> {
-        self.take_with(policy, subject, Sighting::clone)
-    }
-
-    /// Takes the key's last sighting out of the table and runs `start` on it before the
-    /// slot is free again: a caller that finds the sighting gone meanwhile waits until
+    /// Takes the key's last sighting out of the table (the fallback starts from it once) and
+    /// runs `start` on it before the slot is free again: a caller that finds the sighting gone meanwhile waits until
     /// `start` has done, so it never decides before what the sighting started. (`start`
     /// may take other locks: nothing takes a slot while holding one of them.)
     pub fn take_with<R>(
@@ -103,6 +98,10 @@ impl Sightings {
 mod tests {
     use super::*;
 
+    fn take(table: &Sightings, policy: &PolicyId, subject: &SubjectDigest) -> Option<Sighting> {
+        table.take_with(policy, subject, Sighting::clone)
+    }
+
     fn sighting(policy: &str, subject: u8, remaining: u64) -> Sighting {
         Sighting {
             policy: PolicyId::new(policy).expect("valid id"),
@@ -120,14 +119,14 @@ mod tests {
         table.record(sighting("api", 1, 5));
         let key = sighting("api", 1, 0);
         assert_eq!(
-            table.take(&key.policy, &key.subject),
+            take(&table, &key.policy, &key.subject),
             Some(sighting("api", 1, 5))
         );
-        assert_eq!(table.take(&key.policy, &key.subject), None, "taken once");
+        assert_eq!(take(&table, &key.policy, &key.subject), None, "taken once");
         table.record(sighting("api", 2, 3));
         let other = sighting("web", 2, 0);
         assert_eq!(
-            table.take(&other.policy, &other.subject),
+            take(&table, &other.policy, &other.subject),
             None,
             "another policy"
         );
@@ -141,10 +140,10 @@ mod tests {
         table.record(sighting("api", 1, 7));
         table.record(sighting("api", 2, 9));
         let first = sighting("api", 1, 0);
-        assert_eq!(table.take(&first.policy, &first.subject), None);
+        assert_eq!(take(&table, &first.policy, &first.subject), None);
         let second = sighting("api", 2, 0);
         assert_eq!(
-            table.take(&second.policy, &second.subject),
+            take(&table, &second.policy, &second.subject),
             Some(sighting("api", 2, 9))
         );
         assert_eq!(Sightings::new(0).slots.len(), 1);
